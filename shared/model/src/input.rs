@@ -1,0 +1,208 @@
+//! The three input streams, exactly as the seed names their fields, and the
+//! validation that turns a raw line into a record or a reason to reject it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Millis;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub customer_id: String,
+    pub order_amount: f64,
+    pub order_ts: Millis,
+    pub country: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Payment {
+    pub payment_id: String,
+    pub order_id: String,
+    pub paid_amount: f64,
+    pub payment_ts: Millis,
+    pub method: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    Heartbeat,
+    Fault,
+    Reboot,
+    FirmwareUpdate,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceEvent {
+    pub device_id: String,
+    pub site_id: String,
+    pub event_type: EventType,
+    pub status: String,
+    pub event_ts: Millis,
+}
+
+impl DeviceEvent {
+    /// A firmware update that reports failure. The seed names no status values; we
+    /// accept the spellings device fleets commonly send.
+    pub fn is_firmware_failure(&self) -> bool {
+        self.event_type == EventType::FirmwareUpdate && matches!(self.status.as_str(), "failed" | "failure" | "error")
+    }
+}
+
+/// Which input stream a record came from; also the name of its topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    Orders,
+    Payments,
+    Devices,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Orders, Source::Payments, Source::Devices];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Orders => "orders",
+            Source::Payments => "payments",
+            Source::Devices => "devices",
+        }
+    }
+
+    /// The file a dataset folder holds this stream in.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Source::Orders => "orders.ndjson",
+            Source::Payments => "payments.ndjson",
+            Source::Devices => "devices.ndjson",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputRecord {
+    Order(Order),
+    Payment(Payment),
+    Device(DeviceEvent),
+}
+
+impl InputRecord {
+    pub fn event_ts(&self) -> Millis {
+        match self {
+            InputRecord::Order(o) => o.order_ts,
+            InputRecord::Payment(p) => p.payment_ts,
+            InputRecord::Device(d) => d.event_ts,
+        }
+    }
+}
+
+/// Why a line is not a valid record of its stream.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRecord(pub String);
+
+/// Parses and validates one NDJSON line of `source`.
+pub fn parse_line(source: Source, line: &str) -> Result<InputRecord, InvalidRecord> {
+    let bad = |e: serde_json::Error| InvalidRecord(format!("not a valid {} record: {e}", source.name()));
+    match source {
+        Source::Orders => {
+            let o: Order = serde_json::from_str(line).map_err(bad)?;
+            non_empty("order_id", &o.order_id)?;
+            non_empty("customer_id", &o.customer_id)?;
+            amount("order_amount", o.order_amount)?;
+            timestamp("order_ts", o.order_ts)?;
+            Ok(InputRecord::Order(o))
+        }
+        Source::Payments => {
+            let p: Payment = serde_json::from_str(line).map_err(bad)?;
+            non_empty("payment_id", &p.payment_id)?;
+            non_empty("order_id", &p.order_id)?;
+            amount("paid_amount", p.paid_amount)?;
+            timestamp("payment_ts", p.payment_ts)?;
+            Ok(InputRecord::Payment(p))
+        }
+        Source::Devices => {
+            let d: DeviceEvent = serde_json::from_str(line).map_err(bad)?;
+            non_empty("device_id", &d.device_id)?;
+            non_empty("site_id", &d.site_id)?;
+            timestamp("event_ts", d.event_ts)?;
+            Ok(InputRecord::Device(d))
+        }
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), InvalidRecord> {
+    if value.trim().is_empty() {
+        return Err(InvalidRecord(format!("`{field}` is empty")));
+    }
+    Ok(())
+}
+
+fn amount(field: &str, value: f64) -> Result<(), InvalidRecord> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(InvalidRecord(format!("`{field}` must be a non-negative amount, got {value}")));
+    }
+    Ok(())
+}
+
+fn timestamp(field: &str, value: Millis) -> Result<(), InvalidRecord> {
+    if value < 0 {
+        return Err(InvalidRecord(format!("`{field}` must be epoch milliseconds, got {value}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_seed_record_shapes() {
+        let o = parse_line(
+            Source::Orders,
+            r#"{"order_id": "order-0000", "customer_id": "cust-003", "order_amount": 143.22, "order_ts": 1700000000000, "country": "CA"}"#,
+        );
+        assert!(matches!(o, Ok(InputRecord::Order(ref o)) if o.order_amount == 143.22));
+        let d = parse_line(
+            Source::Devices,
+            r#"{"device_id": "dev-100", "site_id": "site-a", "event_type": "fault", "status": "degraded", "event_ts": 1700000030000}"#,
+        );
+        assert!(matches!(d, Ok(InputRecord::Device(ref d)) if d.event_type == EventType::Fault));
+    }
+
+    #[test]
+    fn accepts_whole_number_amounts() {
+        let p = parse_line(
+            Source::Payments,
+            r#"{"payment_id":"p","order_id":"o","paid_amount":240,"payment_ts":1,"method":"card"}"#,
+        );
+        assert!(matches!(p, Ok(InputRecord::Payment(ref p)) if p.paid_amount == 240.0));
+    }
+
+    #[test]
+    fn rejects_bad_lines_with_a_reason() {
+        let reason = |s, l| parse_line(s, l).unwrap_err().0;
+        assert!(reason(Source::Orders, "not json").contains("not a valid orders record"));
+        assert!(reason(Source::Payments, r#"{"payment_id":"p","order_id":"o","payment_ts":1,"method":"card"}"#)
+            .contains("missing field `paid_amount`"));
+        assert!(reason(
+            Source::Payments,
+            r#"{"payment_id":"p","order_id":"o","paid_amount":"ten","payment_ts":1,"method":"card"}"#
+        )
+        .contains("invalid type"));
+        assert!(reason(
+            Source::Payments,
+            r#"{"payment_id":"p","order_id":"o","paid_amount":-5.0,"payment_ts":1,"method":"card"}"#
+        )
+        .contains("non-negative"));
+        assert!(reason(
+            Source::Devices,
+            r#"{"device_id":"d","site_id":"s","event_type":"explosion","status":"x","event_ts":1}"#
+        )
+        .contains("unknown variant `explosion`"));
+        assert!(reason(
+            Source::Devices,
+            r#"{"device_id":"","site_id":"s","event_type":"fault","status":"x","event_ts":1}"#
+        )
+        .contains("`device_id` is empty"));
+    }
+}

@@ -1,0 +1,442 @@
+//! Every record the pipeline emits, with the seed's field names in the seed's order,
+//! so that the printed NDJSON lines read exactly like the seed's sample output.
+//!
+//! Window results carry a `revision`: 1 for the first result of a window, higher when
+//! a late-but-allowed event changed it. Revision 1 is not printed, so first results
+//! match the seed's lines byte for byte; a consumer reads a missing revision as 1.
+
+use serde::{Serialize, Serializer};
+
+use crate::input::{DeviceEvent, EventType};
+use crate::time::{iso_utc, Millis};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordType {
+    EnrichedPayment,
+    WindowMetrics,
+    DeviceMetrics,
+    Anomaly,
+    DeviceEvent,
+    HealthAlert,
+    DeadLetter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyType {
+    Amount,
+    Velocity,
+    DeviceFaultSpike,
+    DeviceRebootLoop,
+    FirmwareUpdateFailure,
+}
+
+fn iso<S: Serializer>(ms: &Millis, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&iso_utc(*ms))
+}
+
+fn is_first(revision: &u32) -> bool {
+    *revision <= 1
+}
+
+/// Stage 1: a payment with the context of the order it matched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnrichedPayment {
+    pub record_type: RecordType,
+    pub payment_id: String,
+    pub order_id: String,
+    pub paid_amount: f64,
+    pub method: String,
+    pub payment_ts_ms: Millis,
+    pub unmatched: bool,
+    pub customer_id: Option<String>,
+    pub order_amount: Option<f64>,
+    pub country: Option<String>,
+    pub amount_mismatch: bool,
+}
+
+/// Stage 2: the tumbling payment window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WindowMetrics {
+    pub record_type: RecordType,
+    pub window_start_ms: Millis,
+    pub window_end_ms: Millis,
+    pub joined_count: u64,
+    pub unmatched_payments: u64,
+    pub amount_mismatches: u64,
+    pub total_revenue: f64,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+/// Stage 2: the sliding per-site device window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceMetrics {
+    pub record_type: RecordType,
+    pub site_id: String,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    pub event_count: u64,
+    pub fault_count: u64,
+    pub reboot_count: u64,
+    pub firmware_failures: u64,
+    pub fault_rate: f64,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AmountAnomaly {
+    pub record_type: RecordType,
+    pub anomaly_type: AnomalyType,
+    pub customer_id: String,
+    pub payment_id: String,
+    pub order_id: String,
+    pub amount: f64,
+    pub threshold: f64,
+    #[serde(serialize_with = "iso")]
+    pub event_time: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VelocityAnomaly {
+    pub record_type: RecordType,
+    pub anomaly_type: AnomalyType,
+    pub customer_id: String,
+    pub transaction_count: u64,
+    pub total_amount: f64,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+/// Stage 3, payments.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PaymentAnomaly {
+    Amount(AmountAnomaly),
+    Velocity(VelocityAnomaly),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FaultSpike {
+    pub record_type: RecordType,
+    pub anomaly_type: AnomalyType,
+    pub site_id: String,
+    pub fault_count: u64,
+    pub threshold: u64,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RebootLoop {
+    pub record_type: RecordType,
+    pub anomaly_type: AnomalyType,
+    pub device_id: String,
+    pub reboot_count: u64,
+    pub threshold: u64,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FirmwareFailure {
+    pub record_type: RecordType,
+    pub anomaly_type: AnomalyType,
+    pub device_id: String,
+    pub site_id: String,
+    pub failure_count: u64,
+    #[serde(serialize_with = "iso")]
+    pub event_time: Millis,
+}
+
+/// Stage 3, devices.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum DeviceAnomaly {
+    FaultSpike(FaultSpike),
+    RebootLoop(RebootLoop),
+    FirmwareFailure(FirmwareFailure),
+}
+
+/// Stage 4: a device event behind the watermark by more than the allowed lateness.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LateDeviceEvent {
+    pub record_type: RecordType,
+    pub device_id: String,
+    pub site_id: String,
+    pub event_type: EventType,
+    pub status: String,
+    pub event_ts_ms: Millis,
+    pub watermark_ms: Millis,
+    pub lag_ms: Millis,
+}
+
+impl LateDeviceEvent {
+    pub fn new(event: DeviceEvent, watermark_ms: Millis) -> Self {
+        LateDeviceEvent {
+            record_type: RecordType::DeviceEvent,
+            lag_ms: watermark_ms - event.event_ts,
+            device_id: event.device_id,
+            site_id: event.site_id,
+            event_type: event.event_type,
+            status: event.status,
+            event_ts_ms: event.event_ts,
+            watermark_ms,
+        }
+    }
+}
+
+/// Stage 4 for payments: an enriched payment that reached a payment window after
+/// the watermark had closed it. Rare (the join holds its watermark for pending
+/// payments), but counted and shown rather than lost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatePayment {
+    #[serde(flatten)]
+    pub payment: EnrichedPayment,
+    pub watermark_ms: Millis,
+    pub lag_ms: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum LateEvent {
+    Device(LateDeviceEvent),
+    Payment(LatePayment),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthReason {
+    ThroughputBelowFloor,
+    LateEventSpike,
+    WatermarkLagExceeded,
+    FaultRateExceeded,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThroughputAlert {
+    pub record_type: RecordType,
+    pub reason: HealthReason,
+    pub severity: Severity,
+    pub gap_ms: Millis,
+    pub threshold_ms: Millis,
+    #[serde(serialize_with = "iso")]
+    pub resumed_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LateSpikeAlert {
+    pub record_type: RecordType,
+    pub reason: HealthReason,
+    pub severity: Severity,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    pub late_events: u64,
+    pub ceiling: u64,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatermarkLagAlert {
+    pub record_type: RecordType,
+    pub reason: HealthReason,
+    pub severity: Severity,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    pub max_lag_ms: Millis,
+    pub threshold_ms: Millis,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FaultRateAlert {
+    pub record_type: RecordType,
+    pub reason: HealthReason,
+    pub severity: Severity,
+    #[serde(serialize_with = "iso")]
+    pub window_start: Millis,
+    #[serde(serialize_with = "iso")]
+    pub window_end: Millis,
+    pub fault_count: u64,
+    pub ceiling: u64,
+    #[serde(skip_serializing_if = "is_first")]
+    pub revision: u32,
+}
+
+/// Stage 5.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum HealthAlert {
+    Throughput(ThroughputAlert),
+    LateSpike(LateSpikeAlert),
+    WatermarkLag(WatermarkLagAlert),
+    FaultRate(FaultRateAlert),
+}
+
+/// An input line that is not a valid record: kept, with where it came from and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetter {
+    pub record_type: RecordType,
+    pub source: String,
+    pub line_number: u64,
+    pub reason: String,
+    pub line: String,
+}
+
+/// Everything the pipeline emits, one variant per tagged output kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Enriched(EnrichedPayment),
+    Metrics(WindowMetrics),
+    DeviceMetrics(DeviceMetrics),
+    Anomaly(PaymentAnomaly),
+    DeviceAnomaly(DeviceAnomaly),
+    Late(LateEvent),
+    Health(HealthAlert),
+    DeadLetter(DeadLetter),
+}
+
+/// The output kinds, in the order the summary lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutputKind {
+    Enriched,
+    Metrics,
+    DeviceMetrics,
+    Anomaly,
+    DeviceAnomaly,
+    LateEvent,
+    HealthAlert,
+    DeadLetter,
+}
+
+impl OutputKind {
+    pub const ALL: [OutputKind; 8] = [
+        OutputKind::Enriched,
+        OutputKind::Metrics,
+        OutputKind::DeviceMetrics,
+        OutputKind::Anomaly,
+        OutputKind::DeviceAnomaly,
+        OutputKind::LateEvent,
+        OutputKind::HealthAlert,
+        OutputKind::DeadLetter,
+    ];
+
+    /// The seed's line prefix, without the `> `.
+    pub fn tag(self) -> &'static str {
+        match self {
+            OutputKind::Enriched => "ENRICHED",
+            OutputKind::Metrics => "METRICS",
+            OutputKind::DeviceMetrics => "DEVICE_METRICS",
+            OutputKind::Anomaly => "ANOMALY",
+            OutputKind::DeviceAnomaly => "DEVICE_ANOMALY",
+            OutputKind::LateEvent => "LATE_EVENT",
+            OutputKind::HealthAlert => "HEALTH_ALERT",
+            OutputKind::DeadLetter => "DEAD_LETTER",
+        }
+    }
+
+    /// The file an output folder holds this kind in.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            OutputKind::Enriched => "enriched_payments.ndjson",
+            OutputKind::Metrics => "payment_metrics.ndjson",
+            OutputKind::DeviceMetrics => "device_metrics.ndjson",
+            OutputKind::Anomaly => "payment_anomalies.ndjson",
+            OutputKind::DeviceAnomaly => "device_anomalies.ndjson",
+            OutputKind::LateEvent => "late_events.ndjson",
+            OutputKind::HealthAlert => "health_alerts.ndjson",
+            OutputKind::DeadLetter => "dead_letters.ndjson",
+        }
+    }
+}
+
+impl Output {
+    pub fn kind(&self) -> OutputKind {
+        match self {
+            Output::Enriched(_) => OutputKind::Enriched,
+            Output::Metrics(_) => OutputKind::Metrics,
+            Output::DeviceMetrics(_) => OutputKind::DeviceMetrics,
+            Output::Anomaly(_) => OutputKind::Anomaly,
+            Output::DeviceAnomaly(_) => OutputKind::DeviceAnomaly,
+            Output::Late(_) => OutputKind::LateEvent,
+            Output::Health(_) => OutputKind::HealthAlert,
+            Output::DeadLetter(_) => OutputKind::DeadLetter,
+        }
+    }
+
+    /// The record as one JSON object, in the seed's field order and with the
+    /// separators of Python's `json.dumps` (`", "`, `": "`), as the seed prints.
+    pub fn write_json<W: std::io::Write>(&self, w: W) -> serde_json::Result<()> {
+        let mut ser = serde_json::Serializer::with_formatter(w, PythonSeparators);
+        match self {
+            Output::Enriched(r) => r.serialize(&mut ser),
+            Output::Metrics(r) => r.serialize(&mut ser),
+            Output::DeviceMetrics(r) => r.serialize(&mut ser),
+            Output::Anomaly(r) => r.serialize(&mut ser),
+            Output::DeviceAnomaly(r) => r.serialize(&mut ser),
+            Output::Late(r) => r.serialize(&mut ser),
+            Output::Health(r) => r.serialize(&mut ser),
+            Output::DeadLetter(r) => r.serialize(&mut ser),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut buf = Vec::with_capacity(256);
+        self.write_json(&mut buf).expect("output records always serialize");
+        String::from_utf8(buf).expect("serde_json writes UTF-8")
+    }
+}
+
+/// `json.dumps`' default separators: a space after `,` and after `:`.
+struct PythonSeparators;
+
+impl serde_json::ser::Formatter for PythonSeparators {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+}

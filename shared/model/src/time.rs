@@ -1,0 +1,75 @@
+//! Event time: epoch milliseconds, and the ISO-8601 form the seed prints.
+
+/// Event time in milliseconds since the Unix epoch (UTC), as the seed's `*_ts` fields.
+pub type Millis = i64;
+
+/// Formats epoch milliseconds the way Python's `datetime.isoformat()` does for an
+/// aware UTC datetime, as the seed's output lines show: `2023-11-14T22:13:51+00:00`,
+/// or with microseconds when there is a fraction: `2023-11-14T22:13:48.057000+00:00`.
+pub fn iso_utc(ms: Millis) -> String {
+    let secs = ms.div_euclid(1000);
+    let frac_ms = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (sod / 3600, sod % 3600 / 60, sod % 60);
+    if frac_ms == 0 {
+        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}+00:00")
+    } else {
+        let micros = frac_ms * 1000;
+        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{micros:06}+00:00")
+    }
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard
+/// Hinnant's `civil_from_days`, exact for every `i64` day count we can meet.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Rounds to two decimals, as money and thresholds are printed.
+pub fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Rounds to four decimals, as rates are printed.
+pub fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_whole_seconds_like_python_isoformat() {
+        assert_eq!(iso_utc(1_700_000_031_000), "2023-11-14T22:13:51+00:00");
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00+00:00");
+    }
+
+    #[test]
+    fn formats_fractions_as_microseconds() {
+        assert_eq!(iso_utc(1_700_000_028_057), "2023-11-14T22:13:48.057000+00:00");
+        assert_eq!(iso_utc(951_782_400_001), "2000-02-29T00:00:00.001000+00:00");
+    }
+
+    #[test]
+    fn formats_times_before_the_epoch() {
+        assert_eq!(iso_utc(-1), "1969-12-31T23:59:59.999000+00:00");
+    }
+
+    #[test]
+    fn rounds_money_to_cents() {
+        assert_eq!(round2(965.6000000000001), 965.6);
+        assert_eq!(round2(130.870_026_6), 130.87);
+    }
+}

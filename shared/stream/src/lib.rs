@@ -1,0 +1,15 @@
+//! The streaming core every Vigil runtime shares. Nothing here does I/O: an operator
+//! is a plain struct fed records and watermarks; the embedded runtime and the Kafka
+//! runtime are two shells around the same operators.
+
+pub mod event_sort;
+pub mod harness;
+pub mod operator;
+pub mod partition;
+pub mod state;
+pub mod timers;
+pub mod watermark;
+pub mod window;
+
+pub use operator::Operator;
+pub use vigil_model::Millis;

@@ -1,0 +1,68 @@
+//! Kafka's default partitioner, so the embedded runtime puts every key on the same
+//! partition number a Kafka topic of the same size would.
+
+/// `Utils.toPositive(Utils.murmur2(key)) % partitions`, as Kafka's producer does for a
+/// record with a non-null key.
+pub fn partition_for(key: &[u8], partitions: u32) -> u32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions
+}
+
+/// Kafka's `org.apache.kafka.common.utils.Utils.murmur2`.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h = SEED ^ (length as u32);
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Expected values from Kafka's own UtilsTest.testMurmur2.
+    #[test]
+    fn matches_kafkas_murmur2() {
+        let cases: [(&[u8], i32); 5] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+        ];
+        for (key, expected) in cases {
+            assert_eq!(murmur2(key) as i32, expected, "{}", String::from_utf8_lossy(key));
+        }
+    }
+
+    #[test]
+    fn partitions_stay_in_range() {
+        for p in 1..9 {
+            assert!(partition_for(b"site-a", p) < p);
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Event-time windows: tumbling and sliding assignment, and keyed window state that
+//! fires when the watermark passes a window's end, re-fires a window as a new
+//! revision when a late-but-allowed event changes it, and forgets a window once the
+//! allowed lateness is over.
+//!
+//! State is kept per key as panes (slide-sized slices of aggregate); a window's
+//! result is the merge of its panes, so a sliding event costs one pane update, not
+//! one update per overlapping window.
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::KeyedState;
+use crate::timers::TimerQueue;
+use crate::Millis;
+
+/// `[start, end)` in event time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Window {
+    pub start: Millis,
+    pub end: Millis,
+}
+
+/// Windows of `size` starting every `slide` (aligned to the epoch, as Flink's);
+/// tumbling when `slide == size`. `size` must be a whole multiple of `slide`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindows {
+    size: Millis,
+    slide: Millis,
+}
+
+impl SlidingWindows {
+    pub fn tumbling(size: Millis) -> Self {
+        Self::sliding(size, size)
+    }
+
+    pub fn sliding(size: Millis, slide: Millis) -> Self {
+        assert!(slide > 0 && size > 0 && size % slide == 0, "window size {size} must be a multiple of slide {slide}");
+        SlidingWindows { size, slide }
+    }
+
+    pub fn size(&self) -> Millis {
+        self.size
+    }
+
+    /// Start of the slide-sized pane holding `ts`.
+    pub fn pane_of(&self, ts: Millis) -> Millis {
+        ts - ts.rem_euclid(self.slide)
+    }
+
+    /// Every window that holds `ts`, earliest first.
+    pub fn windows_of(&self, ts: Millis) -> impl Iterator<Item = Window> {
+        let last_start = self.pane_of(ts);
+        let (size, slide) = (self.size, self.slide);
+        let first_start = last_start - size + slide;
+        (0..size / slide).map(move |i| {
+            let start = first_start + i * slide;
+            Window { start, end: start + size }
+        })
+    }
+}
+
+/// A window aggregate that can be combined from panes.
+pub trait Aggregate: Default + Clone {
+    fn merge(&mut self, other: &Self);
+}
+
+/// One fired window result. `revision` is 1 for the first result of a window and
+/// grows each time a late-but-allowed event changes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowResult<K, A> {
+    pub key: K,
+    pub window: Window,
+    pub value: A,
+    pub revision: u32,
+}
+
+/// The event belongs only to windows whose allowed lateness is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLate;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyWindows<A> {
+    panes: BTreeMap<Millis, A>,
+    /// Every window of this key ending at or before this has fired (or was empty).
+    fired_upto: Millis,
+    /// Revision last emitted, by window start, while the window can still change.
+    revisions: BTreeMap<Millis, u32>,
+    /// The key's one pending timer.
+    timer: Option<Millis>,
+}
+
+impl<A> Default for KeyWindows<A> {
+    fn default() -> Self {
+        KeyWindows { panes: BTreeMap::new(), fired_upto: Millis::MIN, revisions: BTreeMap::new(), timer: None }
+    }
+}
+
+/// Windows of one assigner over many keys.
+#[derive(Debug, Clone)]
+pub struct KeyedWindows<K, A> {
+    windows: SlidingWindows,
+    allowed_lateness: Millis,
+    keys: KeyedState<K, KeyWindows<A>>,
+    timers: TimerQueue<K>,
+}
+
+impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
+    pub fn new(windows: SlidingWindows, allowed_lateness: Millis) -> Self {
+        KeyedWindows { windows, allowed_lateness, keys: KeyedState::default(), timers: TimerQueue::default() }
+    }
+
+    /// Adds an event at `ts`, judged against `watermark`. When the event changes
+    /// windows that already fired, their new results go to `out` at once; a window
+    /// that was due but had not fired yet fires now.
+    pub fn add(
+        &mut self,
+        key: &K,
+        ts: Millis,
+        watermark: Millis,
+        update: impl FnOnce(&mut A),
+        out: &mut Vec<WindowResult<K, A>>,
+    ) -> Result<(), TooLate> {
+        let w = self.windows;
+        let pane = w.pane_of(ts);
+        if self.closed_for_good(pane + w.size, watermark) {
+            return Err(TooLate);
+        }
+        let state = self.keys.get_or_insert_with(key, KeyWindows::default);
+        update(state.panes.entry(pane).or_default());
+        for window in w.windows_of(ts) {
+            let fired = window.end <= state.fired_upto;
+            if fired && !closed_for_good(window.end, watermark, self.allowed_lateness) {
+                let revision = state.revisions.get(&window.start).map_or(1, |r| r + 1);
+                state.revisions.insert(window.start, revision);
+                out.push(WindowResult { key: key.clone(), window, value: merge_panes(&state.panes, window), revision });
+            }
+        }
+        self.process_key(key, watermark, out);
+        Ok(())
+    }
+
+    /// The watermark advanced: fire every window that is now complete, forget those
+    /// past their allowed lateness.
+    pub fn advance(&mut self, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
+        while let Some((time, key)) = self.timers.pop_due(watermark) {
+            if let Some(state) = self.keys.get_mut(&key) {
+                if state.timer == Some(time) {
+                    state.timer = None;
+                }
+            }
+            self.process_key(&key, watermark, out);
+        }
+    }
+
+    /// Keys with live window state.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn closed_for_good(&self, end: Millis, watermark: Millis) -> bool {
+        closed_for_good(end, watermark, self.allowed_lateness)
+    }
+
+    fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
+        let (w, lateness) = (self.windows, self.allowed_lateness);
+        let Some(state) = self.keys.get_mut(key) else { return };
+        while let Some(end) = next_fire_end(state, w) {
+            if end > watermark {
+                break;
+            }
+            let window = Window { start: end - w.size, end };
+            state.fired_upto = end;
+            if state.panes.range(window.start..window.end).next().is_some() {
+                if lateness > 0 {
+                    state.revisions.insert(window.start, 1);
+                }
+                out.push(WindowResult {
+                    key: key.clone(),
+                    window,
+                    value: merge_panes(&state.panes, window),
+                    revision: 1,
+                });
+            }
+        }
+        // Forget what no on-time event can change any more.
+        while let Some((&pane, _)) = state.panes.first_key_value() {
+            if !closed_for_good(pane + w.size, watermark, lateness) {
+                break;
+            }
+            state.panes.pop_first();
+        }
+        state.revisions.retain(|&start, _| !closed_for_good(start + w.size, watermark, lateness));
+        let next = [
+            next_fire_end(state, w),
+            state.panes.keys().next().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
+            state.revisions.keys().next().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|due| due - 1);
+        let old = state.timer;
+        state.timer = next;
+        let empty = state.panes.is_empty() && state.revisions.is_empty();
+        if old != next {
+            if let Some(old) = old {
+                self.timers.delete(old, key);
+            }
+            if let Some(next) = next {
+                self.timers.register(next, key.clone());
+            }
+        }
+        if empty {
+            self.keys.remove(key);
+        }
+    }
+}
+
+/// A window can no longer change once the watermark has passed its end by the
+/// allowed lateness.
+fn closed_for_good(end: Millis, watermark: Millis, allowed_lateness: Millis) -> bool {
+    end.saturating_add(allowed_lateness) <= watermark
+}
+
+/// End of the earliest window of this key that has data and has not fired.
+fn next_fire_end<A>(state: &KeyWindows<A>, w: SlidingWindows) -> Option<Millis> {
+    let unfired_from = state.fired_upto.saturating_sub(w.size).saturating_add(1);
+    let (&pane, _) = state.panes.range(unfired_from..).next()?;
+    Some(state.fired_upto.saturating_add(w.slide).max(pane + w.slide))
+}
+
+fn merge_panes<A: Aggregate>(panes: &BTreeMap<Millis, A>, window: Window) -> A {
+    let mut acc = A::default();
+    for pane in panes.range(window.start..window.end).map(|(_, a)| a) {
+        acc.merge(pane);
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Default, PartialEq)]
+    struct Count(u64);
+
+    impl Aggregate for Count {
+        fn merge(&mut self, other: &Self) {
+            self.0 += other.0;
+        }
+    }
+
+    fn results(out: &[WindowResult<&'static str, Count>]) -> Vec<(Millis, Millis, u64, u32)> {
+        out.iter().map(|r| (r.window.start, r.window.end, r.value.0, r.revision)).collect()
+    }
+
+    #[test]
+    fn assigns_sliding_windows_aligned_to_the_slide() {
+        let w = SlidingWindows::sliding(5000, 1000);
+        let starts: Vec<Millis> = w.windows_of(13_100).map(|w| w.start).collect();
+        assert_eq!(starts, vec![9000, 10_000, 11_000, 12_000, 13_000]);
+        // The boundary belongs to the window that starts there, not the one that ends there.
+        assert_eq!(w.windows_of(18_000).last().unwrap(), Window { start: 18_000, end: 23_000 });
+        assert_eq!(w.windows_of(17_999).next().unwrap(), Window { start: 13_000, end: 18_000 });
+        let t = SlidingWindows::tumbling(10_000);
+        assert_eq!(t.windows_of(-1).collect::<Vec<_>>(), vec![Window { start: -10_000, end: 0 }]);
+    }
+
+    #[test]
+    fn a_window_fires_once_the_watermark_reaches_its_end() {
+        let mut kw = KeyedWindows::new(SlidingWindows::tumbling(10_000), 0);
+        let mut out = Vec::new();
+        kw.add(&"k", 10_000, 0, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        kw.add(&"k", 19_999, 0, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        kw.advance(19_999, &mut out);
+        assert!(out.is_empty());
+        kw.advance(20_000, &mut out);
+        assert_eq!(results(&out), vec![(10_000, 20_000, 2, 1)]);
+        assert_eq!(kw.key_count(), 0, "state is forgotten once the window cannot change");
+    }
+
+    #[test]
+    fn sliding_windows_fire_in_order_and_skip_empty_stretches() {
+        let mut kw = KeyedWindows::new(SlidingWindows::sliding(5000, 1000), 0);
+        let mut out = Vec::new();
+        kw.add(&"k", 1_500, 0, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        kw.add(&"k", 100_200, 0, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        kw.advance(Millis::MAX, &mut out);
+        let starts: Vec<Millis> = out.iter().map(|r| r.window.start).collect();
+        assert_eq!(starts, vec![-3000, -2000, -1000, 0, 1000, 96_000, 97_000, 98_000, 99_000, 100_000]);
+        assert!(out.iter().all(|r| r.value.0 == 1));
+    }
+
+    #[test]
+    fn a_late_but_allowed_event_revises_the_fired_window() {
+        let mut kw = KeyedWindows::new(SlidingWindows::tumbling(5000), 2000);
+        let mut out = Vec::new();
+        kw.add(&"k", 1000, 0, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        kw.advance(5000, &mut out);
+        assert_eq!(results(&out), vec![(0, 5000, 1, 1)]);
+        out.clear();
+        // Watermark 6999: the window ended at 5000 and allows 2000 more.
+        kw.add(&"k", 4999, 6999, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        assert_eq!(results(&out), vec![(0, 5000, 2, 2)]);
+        out.clear();
+        kw.advance(7000, &mut out);
+        assert_eq!(kw.add(&"k", 4999, 7000, |c: &mut Count| c.0 += 1, &mut out), Err(TooLate));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_due_window_with_no_result_yet_fires_when_its_first_event_arrives_late() {
+        let mut kw = KeyedWindows::new(SlidingWindows::tumbling(5000), 2000);
+        let mut out = Vec::new();
+        kw.add(&"k", 4500, 6000, |c: &mut Count| c.0 += 1, &mut out).unwrap();
+        assert_eq!(results(&out), vec![(0, 5000, 1, 1)]);
+    }
+}
