@@ -221,11 +221,13 @@ impl Config {
                 return invalid(format!("{name} ({size}) must be a whole multiple of its slide ({slide})"));
             }
         }
-        if !(self.join.amount_match_tolerance >= 0.0) {
-            return invalid("join.amount_match_tolerance must be 0 or more".into());
-        }
-        if !(self.payments.amount_sigma_multiplier >= 0.0) || !(self.payments.amount_static_floor >= 0.0) {
-            return invalid("payments.amount_sigma_multiplier and amount_static_floor must be 0 or more".into());
+        let non_negative = [
+            ("join.amount_match_tolerance", self.join.amount_match_tolerance),
+            ("payments.amount_sigma_multiplier", self.payments.amount_sigma_multiplier),
+            ("payments.amount_static_floor", self.payments.amount_static_floor),
+        ];
+        if let Some((name, value)) = non_negative.iter().find(|(_, v)| v.is_nan() || *v < 0.0) {
+            return invalid(format!("{name} must be 0 or more, got {value}"));
         }
         Ok(())
     }

@@ -1,0 +1,306 @@
+//! Stage 5: the pipeline watching itself, from the router's on-time events and its
+//! late side output. Four alerts:
+//!
+//! - `throughput_below_floor` (warning): the gap between consecutive on-time device
+//!   events, in event-time order, exceeds `max_event_gap_ms`. Events are released in
+//!   order once no on-time event can still come before them (watermark − allowed
+//!   lateness), so the gaps are the same whatever the partitions' interleaving;
+//! - `late_event_spike` (warning) and `watermark_lag_exceeded` (critical): per
+//!   tumbling health window of the late events' own event time, the count of late
+//!   events over its ceiling, and their largest lag over its threshold. A late event
+//!   belongs to a window that closed long ago, so its window is evaluated as soon as
+//!   it arrives, and a later late event of the same window re-emits the alert with a
+//!   higher revision;
+//! - `fault_rate_exceeded` (critical): faults of all sites in a health window over
+//!   the ceiling, fired when the watermark passes the window.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use vigil_model::output::{
+    FaultRateAlert, HealthAlert, HealthReason, LateDeviceEvent, LateSpikeAlert, RecordType, Severity, ThroughputAlert,
+    WatermarkLagAlert,
+};
+use vigil_model::{Config, DeviceEvent, EventType, Millis};
+use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, Window, WindowResult};
+use vigil_stream::Operator;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum HealthInput {
+    OnTime(DeviceEvent),
+    Late(LateDeviceEvent),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Faults(u64);
+
+impl Aggregate for Faults {
+    fn merge(&mut self, o: &Self) {
+        self.0 += o.0;
+    }
+}
+
+/// Late events of one health window, and the revisions of the alerts they raised.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LateWindow {
+    count: u64,
+    max_lag_ms: Millis,
+    spike_revision: u32,
+    lag_revision: u32,
+    /// The lag last reported, so an alert is re-emitted only when it grew.
+    reported_lag_ms: Millis,
+}
+
+pub struct HealthMonitor {
+    window_ms: Millis,
+    allowed_lateness_ms: Millis,
+    max_gap_ms: Millis,
+    max_late_events: u64,
+    max_lag_ms: Millis,
+    max_faults: u64,
+    retention_ms: Millis,
+    watermark: Millis,
+    /// On-time event times not yet released for the gap check.
+    unreleased: BTreeSet<Millis>,
+    last_released: Option<Millis>,
+    faults: KeyedWindows<(), Faults>,
+    fired: Vec<WindowResult<(), Faults>>,
+    late: BTreeMap<Millis, LateWindow>,
+}
+
+impl HealthMonitor {
+    pub fn new(config: &Config) -> Self {
+        let h = &config.health;
+        let window_ms = h.health_window_seconds as Millis * 1000;
+        let allowed_lateness_ms = config.devices.device_allowed_lateness_ms as Millis;
+        HealthMonitor {
+            window_ms,
+            allowed_lateness_ms,
+            max_gap_ms: h.max_event_gap_ms as Millis,
+            max_late_events: h.max_late_events_per_window,
+            max_lag_ms: h.max_watermark_lag_ms as Millis,
+            max_faults: h.max_faults_per_window,
+            retention_ms: h.late_window_retention_ms as Millis,
+            watermark: NO_WATERMARK,
+            unreleased: BTreeSet::new(),
+            last_released: None,
+            faults: KeyedWindows::new(SlidingWindows::tumbling(window_ms), allowed_lateness_ms),
+            fired: Vec::new(),
+            late: BTreeMap::new(),
+        }
+    }
+
+    fn on_time(&mut self, e: DeviceEvent, out: &mut Vec<HealthAlert>) {
+        if self.last_released.is_none_or(|last| e.event_ts > last) {
+            self.unreleased.insert(e.event_ts);
+        }
+        if e.event_type == EventType::Fault {
+            // An on-time event is never past the allowed lateness of the router that
+            // passed it, and this watermark is never ahead of the router's.
+            let _ = self.faults.add(&(), e.event_ts, self.watermark, |f| f.0 += 1, &mut self.fired);
+            self.emit_faults(out);
+        }
+    }
+
+    fn on_late(&mut self, e: LateDeviceEvent, out: &mut Vec<HealthAlert>) {
+        let start = e.event_ts_ms - e.event_ts_ms.rem_euclid(self.window_ms);
+        let w = self.late.entry(start).or_default();
+        w.count += 1;
+        w.max_lag_ms = w.max_lag_ms.max(e.lag_ms);
+        if start + self.window_ms <= self.watermark {
+            self.evaluate_late(start, out);
+        }
+    }
+
+    fn evaluate_late(&mut self, start: Millis, out: &mut Vec<HealthAlert>) {
+        let window = Window { start, end: start + self.window_ms };
+        let (max_late, max_lag) = (self.max_late_events, self.max_lag_ms);
+        let Some(w) = self.late.get_mut(&start) else { return };
+        if w.count > max_late {
+            w.spike_revision += 1;
+            out.push(HealthAlert::LateSpike(LateSpikeAlert {
+                record_type: RecordType::HealthAlert,
+                reason: HealthReason::LateEventSpike,
+                severity: Severity::Warning,
+                window_start: window.start,
+                window_end: window.end,
+                late_events: w.count,
+                ceiling: max_late,
+                revision: w.spike_revision,
+            }));
+        }
+        if w.max_lag_ms > max_lag && w.max_lag_ms > w.reported_lag_ms {
+            w.lag_revision += 1;
+            w.reported_lag_ms = w.max_lag_ms;
+            out.push(HealthAlert::WatermarkLag(WatermarkLagAlert {
+                record_type: RecordType::HealthAlert,
+                reason: HealthReason::WatermarkLagExceeded,
+                severity: Severity::Critical,
+                window_start: window.start,
+                window_end: window.end,
+                max_lag_ms: w.max_lag_ms,
+                threshold_ms: max_lag,
+                revision: w.lag_revision,
+            }));
+        }
+    }
+
+    fn emit_faults(&mut self, out: &mut Vec<HealthAlert>) {
+        let max = self.max_faults;
+        out.extend(self.fired.drain(..).filter(|r| r.value.0 > max).map(|r| {
+            HealthAlert::FaultRate(FaultRateAlert {
+                record_type: RecordType::HealthAlert,
+                reason: HealthReason::FaultRateExceeded,
+                severity: Severity::Critical,
+                window_start: r.window.start,
+                window_end: r.window.end,
+                fault_count: r.value.0,
+                ceiling: max,
+                revision: r.revision,
+            })
+        }));
+    }
+
+    fn release_gaps(&mut self, out: &mut Vec<HealthAlert>) {
+        let horizon = self.watermark.saturating_sub(self.allowed_lateness_ms);
+        while let Some(&ts) = self.unreleased.first() {
+            if ts >= horizon {
+                break;
+            }
+            self.unreleased.pop_first();
+            if let Some(last) = self.last_released {
+                let gap_ms = ts - last;
+                if gap_ms > self.max_gap_ms {
+                    out.push(HealthAlert::Throughput(ThroughputAlert {
+                        record_type: RecordType::HealthAlert,
+                        reason: HealthReason::ThroughputBelowFloor,
+                        severity: Severity::Warning,
+                        gap_ms,
+                        threshold_ms: self.max_gap_ms,
+                        resumed_at: ts,
+                    }));
+                }
+            }
+            self.last_released = Some(ts);
+        }
+    }
+}
+
+impl Operator for HealthMonitor {
+    type In = HealthInput;
+    type Out = HealthAlert;
+
+    fn on_record(&mut self, record: HealthInput, out: &mut Vec<HealthAlert>) {
+        match record {
+            HealthInput::OnTime(e) => self.on_time(e, out),
+            HealthInput::Late(e) => self.on_late(e, out),
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<HealthAlert>) {
+        let before = self.watermark;
+        self.watermark = self.watermark.max(watermark);
+        self.release_gaps(out);
+        self.faults.advance(self.watermark, &mut self.fired);
+        self.emit_faults(out);
+        // Late windows that were still open when their late events came are due now.
+        let due: Vec<Millis> = self
+            .late
+            .keys()
+            .copied()
+            .filter(|&s| s + self.window_ms > before && s + self.window_ms <= self.watermark)
+            .collect();
+        for start in due {
+            self.evaluate_late(start, out);
+        }
+        let (window_ms, retention_ms, wm) = (self.window_ms, self.retention_ms, self.watermark);
+        self.late.retain(|&s, _| (s + window_ms).saturating_add(retention_ms) > wm);
+    }
+
+    fn output_watermark(&self) -> Millis {
+        self.watermark
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil_stream::harness::Harness;
+
+    const T: Millis = 1_700_000_000_000;
+
+    fn event(event_type: EventType, at: Millis) -> HealthInput {
+        HealthInput::OnTime(DeviceEvent {
+            device_id: "dev-200".into(),
+            site_id: "site-b".into(),
+            event_type,
+            status: "ok".into(),
+            event_ts: T + at,
+        })
+    }
+
+    fn late(at: Millis, watermark_at: Millis) -> HealthInput {
+        let e = DeviceEvent {
+            device_id: "dev-101".into(),
+            site_id: "site-a".into(),
+            event_type: EventType::Heartbeat,
+            status: "ok".into(),
+            event_ts: T + at,
+        };
+        HealthInput::Late(LateDeviceEvent::new(e, T + watermark_at))
+    }
+
+    #[test]
+    fn a_gap_between_consecutive_events_beyond_the_maximum_raises_a_throughput_alert() {
+        let mut h = Harness::new(HealthMonitor::new(&Config::default()));
+        h.record(event(EventType::Heartbeat, 14_957));
+        h.record(event(EventType::Heartbeat, 18_957));
+        // Arrives out of order, inside the gap it would otherwise seem to end.
+        h.record(event(EventType::Heartbeat, 31_607));
+        h.record(event(EventType::Heartbeat, 22_957));
+        let out = h.finish();
+        let gaps: Vec<(Millis, Millis)> = out
+            .iter()
+            .filter_map(|a| if let HealthAlert::Throughput(t) = a { Some((t.gap_ms, t.resumed_at - T)) } else { None })
+            .collect();
+        assert_eq!(gaps, vec![(8_650, 31_607)], "4 000 ms exactly is not a gap; 8 650 ms is");
+    }
+
+    #[test]
+    fn a_late_event_raises_a_spike_and_a_lag_alert_for_its_own_window() {
+        let mut h = Harness::new(HealthMonitor::new(&Config::default()));
+        h.watermark(T + 39_650);
+        let out = h.record(late(3_507, 39_650));
+        match &out[..] {
+            [HealthAlert::LateSpike(s), HealthAlert::WatermarkLag(l)] => {
+                assert_eq!((s.window_start - T, s.window_end - T, s.late_events, s.revision), (0, 5_000, 1, 1));
+                assert_eq!((l.max_lag_ms, l.threshold_ms, l.revision), (36_143, 5_000, 1));
+            }
+            other => panic!("unexpected alerts {other:?}"),
+        }
+        // A second late event of the same window revises the spike; its smaller lag does not.
+        let out = h.record(late(4_000, 39_700));
+        match &out[..] {
+            [HealthAlert::LateSpike(s)] => assert_eq!((s.late_events, s.revision), (2, 2)),
+            other => panic!("unexpected alerts {other:?}"),
+        }
+    }
+
+    #[test]
+    fn faults_over_the_ceiling_in_a_health_window_are_critical() {
+        let mut h = Harness::new(HealthMonitor::new(&Config::default()));
+        for at in [31_900, 32_600, 33_400, 34_100] {
+            h.record(event(EventType::Fault, at));
+        }
+        assert!(h.watermark(T + 35_000).is_empty(), "four faults is the ceiling, not over it");
+        let mut h = Harness::new(HealthMonitor::new(&Config::default()));
+        for at in [31_900, 32_600, 33_400, 34_100, 34_400, 34_700] {
+            h.record(event(EventType::Fault, at));
+        }
+        match &h.watermark(T + 35_000)[..] {
+            [HealthAlert::FaultRate(f)] => assert_eq!((f.window_start - T, f.fault_count, f.ceiling), (30_000, 6, 4)),
+            other => panic!("unexpected alerts {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Stage 3 for payments: matched payments keyed by customer, scored by two rules.
+//!
+//! - Amount: each customer's running mean and sample standard deviation (Welford's
+//!   update, numerically stable) in keyed state; a payment is an anomaly when it is
+//!   above `mean + k·σ` of the payments before it, once `min_samples_for_dynamic`
+//!   exist, and above the static floor before that.
+//! - Velocity: more than `max_transactions_per_window` payments in a sliding window.
+//!
+//! A running statistic depends on the order of a customer's payments, and payments
+//! of one customer reach this operator from many join partitions in no fixed order.
+//! So payments are scored in event-time order, `(payment_ts, payment_id)`, as the
+//! watermark passes them: the same input gives the same anomalies on any runtime.
+
+use serde::{Deserialize, Serialize};
+use vigil_model::output::{
+    AmountAnomaly, AnomalyType, EnrichedPayment, LatePayment, PaymentAnomaly, RecordType, VelocityAnomaly,
+};
+use vigil_model::time::round2;
+use vigil_model::{Config, Millis};
+use vigil_stream::event_sort::EventTimeBuffer;
+use vigil_stream::state::KeyedState;
+use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
+use vigil_stream::Operator;
+
+use crate::money::{from_cents, to_cents};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnomalyOutput {
+    Anomaly(PaymentAnomaly),
+    Late(LatePayment),
+}
+
+/// Welford's running mean and variance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunningStats {
+    count: u64,
+    mean: f64,
+    m2: f64,
+}
+
+impl RunningStats {
+    pub fn add(&mut self, x: f64) {
+        self.count += 1;
+        let delta = x - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (x - self.mean);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.mean
+    }
+
+    /// Sample standard deviation (n − 1); 0 below two samples.
+    pub fn std_dev(&self) -> f64 {
+        if self.count < 2 {
+            0.0
+        } else {
+            (self.m2 / (self.count - 1) as f64).sqrt()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Velocity {
+    count: u64,
+    cents: i64,
+}
+
+impl Aggregate for Velocity {
+    fn merge(&mut self, o: &Self) {
+        self.count += o.count;
+        self.cents += o.cents;
+    }
+}
+
+pub struct PaymentAnomalies {
+    sigma: f64,
+    floor: f64,
+    min_samples: u64,
+    max_transactions: u64,
+    watermark: Millis,
+    waiting: EventTimeBuffer<String, EnrichedPayment>,
+    stats: KeyedState<String, RunningStats>,
+    velocity: KeyedWindows<String, Velocity>,
+    fired: Vec<WindowResult<String, Velocity>>,
+}
+
+impl PaymentAnomalies {
+    pub fn new(config: &Config) -> Self {
+        let p = &config.payments;
+        let windows =
+            SlidingWindows::sliding(p.window_size_seconds as Millis * 1000, p.window_slide_seconds as Millis * 1000);
+        PaymentAnomalies {
+            sigma: p.amount_sigma_multiplier,
+            floor: p.amount_static_floor,
+            min_samples: p.min_samples_for_dynamic,
+            max_transactions: p.max_transactions_per_window,
+            watermark: NO_WATERMARK,
+            waiting: EventTimeBuffer::default(),
+            stats: KeyedState::default(),
+            velocity: KeyedWindows::new(windows, 0),
+            fired: Vec::new(),
+        }
+    }
+
+    /// The threshold a customer's next payment is judged against.
+    fn threshold(&self, stats: &RunningStats) -> f64 {
+        if stats.count() < self.min_samples.max(2) {
+            self.floor
+        } else {
+            stats.mean() + self.sigma * stats.std_dev()
+        }
+    }
+
+    fn score(&mut self, p: EnrichedPayment, out: &mut Vec<AnomalyOutput>) {
+        let Some(customer) = p.customer_id.clone() else { return };
+        let stats = self.stats.get(&customer).copied().unwrap_or_default();
+        let threshold = self.threshold(&stats);
+        if p.paid_amount > threshold {
+            out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(AmountAnomaly {
+                record_type: RecordType::Anomaly,
+                anomaly_type: AnomalyType::Amount,
+                customer_id: customer.clone(),
+                payment_id: p.payment_id.clone(),
+                order_id: p.order_id.clone(),
+                amount: p.paid_amount,
+                threshold: round2(threshold),
+                event_time: p.payment_ts_ms,
+            })));
+        }
+        self.stats.get_or_insert_with(&customer, RunningStats::default).add(p.paid_amount);
+        let cents = to_cents(p.paid_amount);
+        let added = self.velocity.add(
+            &customer,
+            p.payment_ts_ms,
+            self.watermark,
+            |v| {
+                v.count += 1;
+                v.cents += cents;
+            },
+            &mut self.fired,
+        );
+        if added.is_err() {
+            let lag_ms = self.watermark - p.payment_ts_ms;
+            out.push(AnomalyOutput::Late(LatePayment { payment: p, watermark_ms: self.watermark, lag_ms }));
+        }
+        self.emit_velocity(out);
+    }
+
+    fn emit_velocity(&mut self, out: &mut Vec<AnomalyOutput>) {
+        let max = self.max_transactions;
+        out.extend(self.fired.drain(..).filter(|r| r.value.count > max).map(|r| {
+            AnomalyOutput::Anomaly(PaymentAnomaly::Velocity(VelocityAnomaly {
+                record_type: RecordType::Anomaly,
+                anomaly_type: AnomalyType::Velocity,
+                customer_id: r.key,
+                transaction_count: r.value.count,
+                total_amount: from_cents(r.value.cents),
+                window_start: r.window.start,
+                window_end: r.window.end,
+                revision: r.revision,
+            }))
+        }));
+    }
+}
+
+impl Operator for PaymentAnomalies {
+    type In = EnrichedPayment;
+    type Out = AnomalyOutput;
+
+    fn on_record(&mut self, p: EnrichedPayment, out: &mut Vec<AnomalyOutput>) {
+        if p.unmatched {
+            return; // only matched payments have a customer to score against
+        }
+        if p.payment_ts_ms < self.watermark {
+            // Its turn in event-time order has passed: score it now rather than lose it.
+            self.score(p, out);
+        } else {
+            self.waiting.push(p.payment_ts_ms, p.payment_id.clone(), p);
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<AnomalyOutput>) {
+        let watermark = self.watermark.max(watermark);
+        // Score everything the new watermark releases while the windows still see the
+        // old one, so no window fires before all of its payments are in.
+        while let Some((_, p)) = self.waiting.pop_before(watermark) {
+            self.score(p, out);
+        }
+        self.watermark = watermark;
+        self.velocity.advance(watermark, &mut self.fired);
+        self.emit_velocity(out);
+    }
+
+    fn output_watermark(&self) -> Millis {
+        self.watermark
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::join_enrich::enrich;
+    use vigil_model::{Order, Payment};
+    use vigil_stream::harness::Harness;
+
+    const T: Millis = 1_700_000_000_000;
+
+    fn paid(id: &str, customer: &str, amount: f64, ts: Millis) -> EnrichedPayment {
+        let payment = Payment {
+            payment_id: id.into(),
+            order_id: id.into(),
+            paid_amount: amount,
+            payment_ts: ts,
+            method: "card".into(),
+        };
+        let order = Order {
+            order_id: id.into(),
+            customer_id: customer.into(),
+            order_amount: amount,
+            order_ts: ts,
+            country: "US".into(),
+        };
+        enrich(payment, Some(&order), 0.01)
+    }
+
+    fn amounts(out: &[AnomalyOutput]) -> Vec<(String, f64, f64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                AnomalyOutput::Anomaly(PaymentAnomaly::Amount(a)) => {
+                    Some((a.payment_id.clone(), a.amount, a.threshold))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn velocities(out: &[AnomalyOutput]) -> Vec<(Millis, u64, f64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                AnomalyOutput::Anomaly(PaymentAnomaly::Velocity(v)) => {
+                    Some((v.window_start - T, v.transaction_count, v.total_amount))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn welford_matches_the_two_pass_sample_deviation() {
+        let xs = [114.15, 98.94, 104.62, 117.6, 106.68];
+        let mut s = RunningStats::default();
+        xs.iter().for_each(|&x| s.add(x));
+        let mean = xs.iter().sum::<f64>() / 5.0;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 4.0;
+        assert!((s.mean() - mean).abs() < 1e-9);
+        assert!((s.std_dev() - var.sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_static_floor_guards_cold_start_then_the_dynamic_threshold_takes_over() {
+        let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+        // Four samples: below MIN_SAMPLES_FOR_DYNAMIC, so only the 5000 floor applies.
+        for (i, amount) in [114.15, 98.94, 104.62, 117.6].into_iter().enumerate() {
+            h.record(paid(&format!("p{i}"), "cust-001", amount, T + i as Millis * 1000));
+        }
+        h.record(paid("cold", "cust-001", 4_999.0, T + 4_000));
+        h.record(paid("cold-over", "cust-002", 5_000.01, T + 4_000));
+        let out = h.watermark(T + 5_000);
+        assert_eq!(amounts(&out), vec![("cold-over".to_string(), 5_000.01, 5_000.0)]);
+
+        // Five samples: mean + 3σ = 130.870 03; just under it is normal, far over is not.
+        for (last, expected) in [(130.86, vec![]), (9_800.0, vec![("last".to_string(), 9_800.0, 130.87)])] {
+            let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+            for (i, amount) in [114.15, 98.94, 104.62, 117.6, 106.68].into_iter().enumerate() {
+                h.record(paid(&format!("p{i}"), "cust-001", amount, T + i as Millis * 1000));
+            }
+            h.record(paid("last", "cust-001", last, T + 28_057));
+            assert_eq!(amounts(&h.finish()), expected);
+        }
+    }
+
+    #[test]
+    fn payments_are_scored_in_event_time_order_whatever_order_they_arrive_in() {
+        let run = |order: &[usize]| {
+            let ps = [10.0, 11.0, 12.0, 10.5, 11.5, 30.0];
+            let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+            for &i in order {
+                h.record(paid(&format!("p{i}"), "c", ps[i], T + i as Millis * 100));
+            }
+            amounts(&h.finish())
+        };
+        let forward = run(&[0, 1, 2, 3, 4, 5]);
+        assert_eq!(forward.len(), 1);
+        assert_eq!(forward, run(&[5, 3, 1, 0, 4, 2]));
+    }
+
+    #[test]
+    fn more_than_the_maximum_in_a_sliding_window_is_a_velocity_anomaly() {
+        let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+        let amounts = [82.10, 91.45, 78.30, 95.12, 83.55];
+        for (i, a) in amounts.into_iter().enumerate() {
+            h.record(paid(&format!("v{i}"), "cust-004", a, T + 13_100 + i as Millis * 1000));
+        }
+        let out = h.finish();
+        assert_eq!(velocities(&out), vec![(13_000, 5, 430.52)], "only [13 s, 18 s) holds all five");
+    }
+
+    #[test]
+    fn exactly_the_maximum_is_not_an_anomaly_and_window_ends_are_exclusive() {
+        let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+        for i in 0..4 {
+            h.record(paid(&format!("v{i}"), "c", 1.0, T + 10_000 + i * 1000));
+        }
+        // The fifth lands on 15 s: the end of [10 s, 15 s), so outside it.
+        h.record(paid("v4", "c", 1.0, T + 15_000));
+        assert!(velocities(&h.finish()).is_empty());
+    }
+
+    #[test]
+    fn unmatched_payments_are_not_scored() {
+        let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+        let payment = Payment {
+            payment_id: "p".into(),
+            order_id: "none".into(),
+            paid_amount: 99_999.0,
+            payment_ts: T,
+            method: "card".into(),
+        };
+        h.record(enrich(payment, None, 0.01));
+        assert!(h.finish().is_empty());
+    }
+}

@@ -1,0 +1,165 @@
+//! Stage 2 for payments: one tumbling event-time window over every enriched payment
+//! (all partitions combined), keyed by `payment_ts`: joined count, unmatched payments,
+//! amount mismatches and total revenue (everything paid in the window).
+//!
+//! Payment windows have no allowed lateness (the seed gives none); a payment that
+//! reaches a window after it closed goes to the late side output instead.
+
+use serde::{Deserialize, Serialize};
+use vigil_model::output::{EnrichedPayment, LatePayment, RecordType, WindowMetrics};
+use vigil_model::{Config, Millis};
+use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
+use vigil_stream::Operator;
+
+use crate::money::{from_cents, to_cents};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsOutput {
+    Metrics(WindowMetrics),
+    Late(LatePayment),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PaymentTotals {
+    joined: u64,
+    unmatched: u64,
+    mismatches: u64,
+    revenue_cents: i64,
+}
+
+impl Aggregate for PaymentTotals {
+    fn merge(&mut self, o: &Self) {
+        self.joined += o.joined;
+        self.unmatched += o.unmatched;
+        self.mismatches += o.mismatches;
+        self.revenue_cents += o.revenue_cents;
+    }
+}
+
+pub struct PaymentMetrics {
+    watermark: Millis,
+    windows: KeyedWindows<(), PaymentTotals>,
+    fired: Vec<WindowResult<(), PaymentTotals>>,
+}
+
+impl PaymentMetrics {
+    pub fn new(config: &Config) -> Self {
+        let size = config.payments.metrics_window_seconds as Millis * 1000;
+        PaymentMetrics {
+            watermark: NO_WATERMARK,
+            windows: KeyedWindows::new(SlidingWindows::tumbling(size), 0),
+            fired: Vec::new(),
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<MetricsOutput>) {
+        out.extend(self.fired.drain(..).map(|r| {
+            MetricsOutput::Metrics(WindowMetrics {
+                record_type: RecordType::WindowMetrics,
+                window_start_ms: r.window.start,
+                window_end_ms: r.window.end,
+                joined_count: r.value.joined,
+                unmatched_payments: r.value.unmatched,
+                amount_mismatches: r.value.mismatches,
+                total_revenue: from_cents(r.value.revenue_cents),
+                revision: r.revision,
+            })
+        }));
+    }
+}
+
+impl Operator for PaymentMetrics {
+    type In = EnrichedPayment;
+    type Out = MetricsOutput;
+
+    fn on_record(&mut self, p: EnrichedPayment, out: &mut Vec<MetricsOutput>) {
+        let (unmatched, mismatch, cents) = (p.unmatched, p.amount_mismatch, to_cents(p.paid_amount));
+        let added = self.windows.add(
+            &(),
+            p.payment_ts_ms,
+            self.watermark,
+            |t| {
+                t.joined += u64::from(!unmatched);
+                t.unmatched += u64::from(unmatched);
+                t.mismatches += u64::from(mismatch);
+                t.revenue_cents += cents;
+            },
+            &mut self.fired,
+        );
+        if added.is_err() {
+            let lag_ms = self.watermark - p.payment_ts_ms;
+            out.push(MetricsOutput::Late(LatePayment { payment: p, watermark_ms: self.watermark, lag_ms }));
+        }
+        self.emit(out);
+    }
+
+    fn on_watermark(&mut self, watermark: Millis, out: &mut Vec<MetricsOutput>) {
+        self.watermark = self.watermark.max(watermark);
+        self.windows.advance(self.watermark, &mut self.fired);
+        self.emit(out);
+    }
+
+    fn output_watermark(&self) -> Millis {
+        self.watermark
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::join_enrich::enrich;
+    use vigil_model::{Order, Payment};
+    use vigil_stream::harness::Harness;
+
+    const T: Millis = 1_700_000_000_000;
+
+    fn enriched(id: &str, paid: f64, ordered: Option<f64>, ts: Millis) -> EnrichedPayment {
+        let payment = Payment {
+            payment_id: id.into(),
+            order_id: id.into(),
+            paid_amount: paid,
+            payment_ts: ts,
+            method: "card".into(),
+        };
+        let order = ordered.map(|amount| Order {
+            order_id: id.into(),
+            customer_id: "c".into(),
+            order_amount: amount,
+            order_ts: ts,
+            country: "US".into(),
+        });
+        enrich(payment, order.as_ref(), 0.01)
+    }
+
+    fn metrics(out: &[MetricsOutput]) -> Vec<&WindowMetrics> {
+        out.iter().filter_map(|o| if let MetricsOutput::Metrics(m) = o { Some(m) } else { None }).collect()
+    }
+
+    #[test]
+    fn a_tumbling_window_counts_joined_unmatched_mismatched_and_revenue() {
+        let mut h = Harness::new(PaymentMetrics::new(&Config::default()));
+        h.record(enriched("a", 100.10, Some(100.10), T + 10_000));
+        h.record(enriched("b", 90.0, Some(240.0), T + 12_000));
+        h.record(enriched("c", 55.0, None, T + 19_999));
+        h.record(enriched("d", 1.0, Some(1.0), T + 20_000));
+        assert!(h.watermark(T + 19_999).is_empty());
+        let out = h.watermark(T + 20_000);
+        let m = metrics(&out);
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].window_start_ms, m[0].window_end_ms), (T + 10_000, T + 20_000));
+        assert_eq!((m[0].joined_count, m[0].unmatched_payments, m[0].amount_mismatches), (2, 1, 1));
+        assert_eq!(m[0].total_revenue, 245.1);
+        assert_eq!(m[0].revision, 1);
+        assert_eq!(metrics(&h.finish())[0].joined_count, 1);
+    }
+
+    #[test]
+    fn a_payment_for_a_closed_window_goes_to_the_late_output() {
+        let mut h = Harness::new(PaymentMetrics::new(&Config::default()));
+        h.record(enriched("a", 1.0, Some(1.0), T + 1_000));
+        h.watermark(T + 10_000);
+        let out = h.record(enriched("b", 2.0, Some(2.0), T + 9_000));
+        assert!(matches!(&out[..], [MetricsOutput::Late(l)] if l.lag_ms == 1_000 && l.watermark_ms == T + 10_000));
+    }
+}
