@@ -1,0 +1,273 @@
+//! The embedded runtime: the six operators wired in one process through in-memory
+//! partitioned topics, keyed and partitioned as the Kafka topics are (Kafka's
+//! murmur2 partitioner over `runtime.partitions` partitions): one task per partition
+//! for the keyed stages, one task for the global ones. It is itself a pure state
+//! machine, input records in and output records out, and deterministic.
+//!
+//! ```text
+//! orders   ─┐ by order_id                      ┌─▶ payment-metrics (one task)
+//!           ├─▶ join-enrich[p] ── enriched ────┤
+//! payments ─┘                   by customer_id └─▶ payment-anomalies[q]
+//! devices ──▶ device-router[p] ── on-time, by site_id ─▶ device-analytics[p]
+//!                     │                        └─────▶ health-monitor (one task)
+//!                     └─ late side output ───────────▶ health-monitor
+//! ```
+//!
+//! Watermarks: every input partition has its own ([`SourceClock`]); a keyed task goes
+//! by the minimum over its input partitions; an intermediate topic's watermark is the
+//! minimum over the tasks that write to it (the join holds its own back for pending
+//! payments), and every reader of that topic goes by it.
+
+use vigil_model::output::{DeadLetter, EnrichedPayment, LateEvent, Output};
+use vigil_model::{Config, DeviceEvent, InputRecord, Millis};
+use vigil_operators::{
+    AnomalyOutput, DeviceAnalytics, DeviceOutput, DeviceRouter, HealthInput, HealthMonitor, JoinEnrich, JoinInput,
+    MetricsOutput, PaymentAnomalies, PaymentMetrics, Routed,
+};
+use vigil_stream::partition::partition_for;
+use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::Operator;
+
+use crate::ledger::Ledger;
+use crate::source_clock::SourceClock;
+
+pub struct EmbeddedRuntime {
+    partitions: u32,
+    orders: SourceClock,
+    payments: SourceClock,
+    devices: SourceClock,
+    join: Vec<Task<JoinEnrich>>,
+    metrics: Task<PaymentMetrics>,
+    anomalies: Vec<Task<PaymentAnomalies>>,
+    routers: Vec<Task<DeviceRouter>>,
+    analytics: Vec<Task<DeviceAnalytics>>,
+    health: Task<HealthMonitor>,
+    /// Watermarks of the intermediate topics, as their readers last saw them.
+    enriched_watermark: Millis,
+    device_watermark: Millis,
+    outputs: Vec<Output>,
+    ledger: Ledger,
+    /// Per-partition input watermarks, reused between records.
+    watermarks: Vec<Millis>,
+}
+
+/// One operator instance, the input watermark it was last given, and a buffer for
+/// what it emits (kept to save an allocation per call).
+struct Task<O: Operator> {
+    operator: O,
+    watermark: Millis,
+    out: Vec<O::Out>,
+}
+
+impl<O: Operator> Task<O> {
+    fn new(operator: O) -> Self {
+        Task { operator, watermark: NO_WATERMARK, out: Vec::new() }
+    }
+
+    fn record(&mut self, record: O::In) -> Vec<O::Out> {
+        self.operator.on_record(record, &mut self.out);
+        std::mem::take(&mut self.out)
+    }
+
+    /// Advances the task's input watermark; what fired, if it moved.
+    fn advance(&mut self, watermark: Millis) -> Vec<O::Out> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.operator.on_watermark(watermark, &mut self.out);
+        }
+        std::mem::take(&mut self.out)
+    }
+}
+
+fn tasks<O: Operator>(n: u32, make: impl Fn() -> O) -> Vec<Task<O>> {
+    (0..n).map(|_| Task::new(make())).collect()
+}
+
+impl EmbeddedRuntime {
+    pub fn new(config: &Config) -> Self {
+        let p = config.runtime.partitions;
+        let idle = config.runtime.idle_timeout_ms as Millis;
+        EmbeddedRuntime {
+            partitions: p,
+            orders: SourceClock::new(p, config.payment_bound_ms(), idle),
+            payments: SourceClock::new(p, config.payment_bound_ms(), idle),
+            devices: SourceClock::new(p, config.devices.out_of_order_bound_ms as Millis, idle),
+            join: tasks(p, || JoinEnrich::new(config)),
+            metrics: Task::new(PaymentMetrics::new(config)),
+            anomalies: tasks(p, || PaymentAnomalies::new(config)),
+            routers: tasks(p, || DeviceRouter::new(config)),
+            analytics: tasks(p, || DeviceAnalytics::new(config)),
+            health: Task::new(HealthMonitor::new(config)),
+            enriched_watermark: NO_WATERMARK,
+            device_watermark: NO_WATERMARK,
+            outputs: Vec::new(),
+            ledger: Ledger::default(),
+            watermarks: Vec::new(),
+        }
+    }
+
+    fn partition(&self, key: &str) -> usize {
+        partition_for(key.as_bytes(), self.partitions) as usize
+    }
+
+    /// One valid input record, in arrival order.
+    pub fn process(&mut self, record: InputRecord) {
+        self.ledger.read += 1;
+        match record {
+            InputRecord::Order(o) => {
+                self.ledger.orders += 1;
+                let (p, ts) = (self.partition(&o.order_id), o.order_ts);
+                self.join_record(p, JoinInput::Order(o));
+                self.orders.observe(p, ts);
+                self.advance_payments();
+            }
+            InputRecord::Payment(pay) => {
+                self.ledger.payments += 1;
+                let (p, ts) = (self.partition(&pay.order_id), pay.payment_ts);
+                self.join_record(p, JoinInput::Payment(pay));
+                self.payments.observe(p, ts);
+                self.advance_payments();
+            }
+            InputRecord::Device(d) => {
+                // Judged against the watermark from before it, then counted in it.
+                let (p, ts) = (self.partition(&d.site_id), d.event_ts);
+                let routed = self.routers[p].record(d);
+                self.routed(routed);
+                self.devices.observe(p, ts);
+                self.advance_devices();
+            }
+        }
+    }
+
+    /// An input line that is not a valid record.
+    pub fn dead_letter(&mut self, letter: DeadLetter) {
+        self.ledger.read += 1;
+        self.ledger.dead_letters += 1;
+        self.outputs.push(Output::DeadLetter(letter));
+    }
+
+    /// The input has ended: every watermark goes to the end of time, all fires.
+    pub fn finish(&mut self) {
+        self.orders.finish();
+        self.payments.finish();
+        self.devices.finish();
+        self.advance_payments();
+        self.advance_devices();
+    }
+
+    /// What was emitted since the last call, in emission order.
+    pub fn drain_outputs(&mut self) -> std::vec::Drain<'_, Output> {
+        self.outputs.drain(..)
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn join_record(&mut self, p: usize, input: JoinInput) {
+        let out = self.join[p].record(input);
+        self.enriched(out);
+    }
+
+    fn advance_payments(&mut self) {
+        let mut inputs = std::mem::take(&mut self.watermarks);
+        inputs.clear();
+        inputs.extend(self.orders.watermarks().zip(self.payments.watermarks()).map(|(o, p)| o.min(p)));
+        for (p, &watermark) in inputs.iter().enumerate() {
+            let out = self.join[p].advance(watermark);
+            self.enriched(out);
+        }
+        self.watermarks = inputs;
+        let watermark = self.join.iter().map(|t| t.operator.output_watermark()).min().unwrap_or(NO_WATERMARK);
+        if watermark <= self.enriched_watermark {
+            return;
+        }
+        self.enriched_watermark = watermark;
+        let out = self.metrics.advance(watermark);
+        self.metric_outputs(out);
+        for q in 0..self.anomalies.len() {
+            let out = self.anomalies[q].advance(watermark);
+            self.anomaly_outputs(out);
+        }
+    }
+
+    /// The enriched-payments topic: keyed by customer, read by metrics and anomalies.
+    fn enriched(&mut self, payments: Vec<EnrichedPayment>) {
+        for e in payments {
+            self.outputs.push(Output::Enriched(e.clone()));
+            if let Some(customer) = &e.customer_id {
+                let q = self.partition(customer);
+                let out = self.anomalies[q].record(e.clone());
+                self.anomaly_outputs(out);
+            }
+            let out = self.metrics.record(e);
+            self.metric_outputs(out);
+        }
+    }
+
+    fn metric_outputs(&mut self, out: Vec<MetricsOutput>) {
+        self.outputs.extend(out.into_iter().map(|m| match m {
+            MetricsOutput::Metrics(m) => Output::Metrics(m),
+            MetricsOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
+        }));
+    }
+
+    fn anomaly_outputs(&mut self, out: Vec<AnomalyOutput>) {
+        self.outputs.extend(out.into_iter().map(|a| match a {
+            AnomalyOutput::Anomaly(a) => Output::Anomaly(a),
+            AnomalyOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
+        }));
+    }
+
+    fn advance_devices(&mut self) {
+        for (router, watermark) in self.routers.iter_mut().zip(self.devices.watermarks()) {
+            // The router emits nothing on a watermark; it only judges later events by it.
+            router.advance(watermark);
+        }
+        let watermark = self.routers.iter().map(|t| t.operator.output_watermark()).min().unwrap_or(NO_WATERMARK);
+        if watermark <= self.device_watermark {
+            return;
+        }
+        self.device_watermark = watermark;
+        for q in 0..self.analytics.len() {
+            let out = self.analytics[q].advance(watermark);
+            self.device_outputs(out);
+        }
+        let alerts = self.health.advance(watermark);
+        self.outputs.extend(alerts.into_iter().map(Output::Health));
+    }
+
+    /// The router's two outputs: on-time events (keyed by site) and the late side topic.
+    fn routed(&mut self, routed: Vec<Routed>) {
+        for r in routed {
+            match r {
+                Routed::OnTime(e) => {
+                    self.ledger.devices_on_time += 1;
+                    self.on_time(e);
+                }
+                Routed::Late(l) => {
+                    self.ledger.devices_late += 1;
+                    self.outputs.push(Output::Late(LateEvent::Device(l.clone())));
+                    let alerts = self.health.record(HealthInput::Late(l));
+                    self.outputs.extend(alerts.into_iter().map(Output::Health));
+                }
+            }
+        }
+    }
+
+    fn on_time(&mut self, e: DeviceEvent) {
+        let alerts = self.health.record(HealthInput::OnTime(e.clone()));
+        self.outputs.extend(alerts.into_iter().map(Output::Health));
+        let q = self.partition(&e.site_id);
+        let out = self.analytics[q].record(e);
+        self.device_outputs(out);
+    }
+
+    fn device_outputs(&mut self, out: Vec<DeviceOutput>) {
+        self.outputs.extend(out.into_iter().map(|d| match d {
+            DeviceOutput::Metrics(m) => Output::DeviceMetrics(m),
+            DeviceOutput::Anomaly(a) => Output::DeviceAnomaly(a),
+            DeviceOutput::Late(l) => Output::Late(LateEvent::Device(l)),
+        }));
+    }
+}

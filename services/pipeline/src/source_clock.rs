@@ -1,0 +1,136 @@
+//! Event time of one input topic in the embedded runtime: a watermark per partition,
+//! and the rule that keeps a silent partition from stalling its readers.
+//!
+//! A partition is idle once its topic has advanced `idle_timeout` in event time
+//! without it receiving a record. Idleness is measured in the topic's own event time,
+//! not the wall clock, so a replay gives the same answer every run, and a stall of the
+//! whole stream (a real throughput gap) idles nobody. An idle partition has nothing
+//! older to deliver, so its readers follow the topic's watermark (the minimum over
+//! its active partitions) instead of waiting on it.
+
+use vigil_model::Millis;
+use vigil_stream::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
+
+#[derive(Debug, Clone)]
+pub struct SourceClock {
+    idle_timeout: Millis,
+    partitions: Vec<Partition>,
+    /// Highest event time on any partition, and the first one (the idle clock's origin).
+    topic_max: Millis,
+    first_ts: Option<Millis>,
+    finished: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Partition {
+    watermark: BoundedOutOfOrderness,
+    /// The topic's highest event time when this partition last received a record.
+    topic_max_at_last_record: Option<Millis>,
+}
+
+impl SourceClock {
+    pub fn new(partitions: u32, bound: Millis, idle_timeout: Millis) -> Self {
+        SourceClock {
+            idle_timeout,
+            partitions: (0..partitions)
+                .map(|_| Partition { watermark: BoundedOutOfOrderness::new(bound), topic_max_at_last_record: None })
+                .collect(),
+            topic_max: NO_WATERMARK,
+            first_ts: None,
+            finished: false,
+        }
+    }
+
+    pub fn observe(&mut self, partition: usize, event_ts: Millis) {
+        self.first_ts.get_or_insert(event_ts);
+        self.topic_max = self.topic_max.max(event_ts);
+        let p = &mut self.partitions[partition];
+        p.watermark.observe(event_ts);
+        p.topic_max_at_last_record = Some(self.topic_max);
+    }
+
+    /// The input has ended: every partition's watermark goes to the end of time.
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    fn is_idle(&self, p: &Partition) -> bool {
+        match p.topic_max_at_last_record.or(self.first_ts) {
+            Some(since) => self.topic_max.saturating_sub(since) > self.idle_timeout,
+            None => false,
+        }
+    }
+
+    /// The minimum watermark over the active partitions.
+    fn topic_watermark(&self) -> Millis {
+        self.partitions.iter().filter(|p| !self.is_idle(p)).map(|p| p.watermark.current()).min().unwrap_or(NO_WATERMARK)
+    }
+
+    /// Every partition's watermark, computing the topic's minimum once.
+    pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
+        let topic = if self.finished { END_OF_TIME } else { self.topic_watermark() };
+        self.partitions.iter().map(move |p| {
+            if self.finished {
+                END_OF_TIME
+            } else if self.is_idle(p) {
+                p.watermark.current().max(topic)
+            } else {
+                p.watermark.current()
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl SourceClock {
+        fn watermark(&self, partition: usize) -> Millis {
+            self.watermarks().nth(partition).unwrap()
+        }
+    }
+
+    #[test]
+    fn an_active_partition_goes_by_its_own_events() {
+        let mut c = SourceClock::new(2, 2000, 10_000);
+        c.observe(0, 10_000);
+        c.observe(1, 5_000);
+        assert_eq!(c.watermark(0), 8_000);
+        assert_eq!(c.watermark(1), 3_000);
+    }
+
+    #[test]
+    fn a_silent_partition_follows_the_topic_once_the_topic_moved_on_past_the_timeout() {
+        let mut c = SourceClock::new(3, 2000, 10_000);
+        c.observe(0, 1_000);
+        c.observe(1, 1_000);
+        c.observe(0, 11_000);
+        c.observe(1, 11_000);
+        assert_eq!(c.watermark(2), NO_WATERMARK, "never heard from, but the topic moved only 10 s");
+        c.observe(0, 11_001);
+        c.observe(1, 12_000);
+        assert_eq!(c.watermark(2), 9_001, "idle: follows the slowest active partition");
+        c.observe(2, 12_500);
+        assert_eq!(c.watermark(2), 10_500, "active again: its own watermark");
+    }
+
+    #[test]
+    fn a_stall_of_the_whole_topic_idles_nobody_until_one_partition_moves_on() {
+        let mut c = SourceClock::new(2, 2000, 4_000);
+        c.observe(0, 1_000);
+        c.observe(1, 1_100);
+        // However long the silence, event time has not moved: both stay active.
+        assert_eq!(c.watermarks().collect::<Vec<_>>(), vec![-1_000, -900]);
+        c.observe(0, 20_000);
+        assert_eq!(c.watermark(1), 18_000, "partition 1 is idle once partition 0 moved on");
+    }
+
+    #[test]
+    fn finishing_releases_everything() {
+        let mut c = SourceClock::new(2, 2000, 10_000);
+        c.observe(0, 1_000);
+        c.finish();
+        assert_eq!(c.watermarks().collect::<Vec<_>>(), vec![END_OF_TIME, END_OF_TIME]);
+    }
+}
