@@ -1,0 +1,249 @@
+//! End to end on the built-in planted dataset: every planted scenario of the seed
+//! fires with its values, the seed's sample lines come out byte for byte, and the
+//! result does not depend on the partition count or the run.
+
+use vigil_datagen::Dataset;
+use vigil_model::output::{DeviceAnomaly, HealthAlert, LateEvent, Output, PaymentAnomaly};
+use vigil_model::{Config, Millis};
+use vigil_pipeline::ingest::MergedInput;
+use vigil_pipeline::{run, RunStats};
+
+const T0: Millis = 1_700_000_000_000;
+/// Where the planted section ends and normal traffic begins.
+const PLANTED_END: Millis = T0 + 45_000;
+
+/// The tagged lines of the seed's sample output, which Vigil must print verbatim.
+const SEED_LINES: &[&str] = &[
+    r#"ENRICHED> {"record_type": "enriched_payment", "payment_id": "pay-9001", "order_id": "order-9001", "paid_amount": 90.0, "method": "card", "payment_ts_ms": 1700000026157, "unmatched": false, "customer_id": "cust-003", "order_amount": 240.0, "country": "US", "amount_mismatch": true}"#,
+    r#"ENRICHED> {"record_type": "enriched_payment", "payment_id": "pay-9002", "order_id": "order-DOES-NOT-EXIST", "paid_amount": 55.0, "method": "wallet", "payment_ts_ms": 1700000026557, "unmatched": true, "customer_id": null, "order_amount": null, "country": null, "amount_mismatch": false}"#,
+    r#"METRICS> {"record_type": "window_metrics", "window_start_ms": 1700000010000, "window_end_ms": 1700000020000, "joined_count": 12, "unmatched_payments": 0, "amount_mismatches": 0, "total_revenue": 965.6}"#,
+    r#"DEVICE_METRICS> {"record_type": "device_metrics", "site_id": "site-b", "window_start": "2023-11-14T22:13:51+00:00", "window_end": "2023-11-14T22:13:56+00:00", "event_count": 10, "fault_count": 8, "reboot_count": 0, "firmware_failures": 0, "fault_rate": 0.8}"#,
+    r#"ANOMALY> {"record_type": "anomaly", "anomaly_type": "amount", "customer_id": "cust-001", "payment_id": "pay-9003", "order_id": "order-9003", "amount": 9800.0, "threshold": 130.87, "event_time": "2023-11-14T22:13:48.057000+00:00"}"#,
+    r#"ANOMALY> {"record_type": "anomaly", "anomaly_type": "velocity", "customer_id": "cust-004", "transaction_count": 5, "total_amount": 430.52, "window_start": "2023-11-14T22:13:33+00:00", "window_end": "2023-11-14T22:13:38+00:00"}"#,
+    r#"DEVICE_ANOMALY> {"record_type": "anomaly", "anomaly_type": "device_fault_spike", "site_id": "site-b", "fault_count": 6, "threshold": 3, "window_start": "2023-11-14T22:13:50+00:00", "window_end": "2023-11-14T22:13:55+00:00"}"#,
+    r#"DEVICE_ANOMALY> {"record_type": "anomaly", "anomaly_type": "device_reboot_loop", "device_id": "dev-300", "reboot_count": 4, "threshold": 3, "window_start": "2023-11-14T22:13:52+00:00", "window_end": "2023-11-14T22:13:57+00:00"}"#,
+    r#"DEVICE_ANOMALY> {"record_type": "anomaly", "anomaly_type": "firmware_update_failure", "device_id": "dev-100", "site_id": "site-a", "failure_count": 1, "event_time": "2023-11-14T22:13:57.507000+00:00"}"#,
+    r#"LATE_EVENT> {"record_type": "device_event", "device_id": "dev-101", "site_id": "site-a", "event_type": "heartbeat", "status": "ok", "event_ts_ms": 1700000003507, "watermark_ms": 1700000039650, "lag_ms": 36143}"#,
+    r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "throughput_below_floor", "severity": "warning", "gap_ms": 12650, "threshold_ms": 4000, "resumed_at": "2023-11-14T22:13:51.607000+00:00"}"#,
+    r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "late_event_spike", "severity": "warning", "window_start": "2023-11-14T22:13:20+00:00", "window_end": "2023-11-14T22:13:25+00:00", "late_events": 1, "ceiling": 0}"#,
+    r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "watermark_lag_exceeded", "severity": "critical", "window_start": "2023-11-14T22:13:20+00:00", "window_end": "2023-11-14T22:13:25+00:00", "max_lag_ms": 36143, "threshold_ms": 5000}"#,
+    r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "fault_rate_exceeded", "severity": "critical", "window_start": "2023-11-14T22:13:50+00:00", "window_end": "2023-11-14T22:13:55+00:00", "fault_count": 6, "ceiling": 4}"#,
+];
+
+fn run_planted(partitions: u32, scale: u64) -> (Vec<Output>, RunStats) {
+    let mut config = Config::default();
+    config.runtime.partitions = partitions;
+    let mut outputs = Vec::new();
+    let input = MergedInput::from_dataset(Dataset::planted(scale, 7));
+    let stats = run(
+        &config,
+        input,
+        |o| {
+            outputs.push(o.clone());
+            Ok(())
+        },
+        |_, _| {},
+    )
+    .expect("the planted dataset runs");
+    (outputs, stats)
+}
+
+fn tagged(o: &Output) -> String {
+    format!("{}> {}", o.kind().tag(), o.to_json())
+}
+
+#[test]
+fn the_seed_sample_lines_come_out_verbatim() {
+    let (outputs, _) = run_planted(4, 1);
+    let lines: Vec<String> = outputs.iter().map(tagged).collect();
+    for expected in SEED_LINES {
+        assert!(lines.iter().any(|l| l == expected), "missing: {expected}");
+    }
+}
+
+#[test]
+fn every_planted_scenario_fires_with_its_values() {
+    let (outputs, stats) = run_planted(4, 1);
+
+    let enriched = |id: &str| {
+        outputs
+            .iter()
+            .find_map(|o| match o {
+                Output::Enriched(e) if e.payment_id == id => Some(e.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{id} was not enriched"))
+    };
+    let mismatch = enriched("pay-9001");
+    assert!(!mismatch.unmatched && mismatch.amount_mismatch);
+    assert_eq!((mismatch.paid_amount, mismatch.order_amount), (90.0, Some(240.0)));
+    let unmatched = enriched("pay-9002");
+    assert!(unmatched.unmatched && !unmatched.amount_mismatch && unmatched.customer_id.is_none());
+    let enriched_count = outputs.iter().filter(|o| matches!(o, Output::Enriched(_))).count();
+    assert_eq!(enriched_count as u64, stats.ledger.payments, "every payment is enriched exactly once");
+
+    let planted = |ts: Millis| ts < PLANTED_END;
+    let amounts: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Anomaly(PaymentAnomaly::Amount(a)) if planted(a.event_time) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(amounts.len(), 1, "only pay-9003 is an amount anomaly in the planted section");
+    assert_eq!((amounts[0].payment_id.as_str(), amounts[0].amount, amounts[0].threshold), ("pay-9003", 9800.0, 130.87));
+
+    let velocity: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Anomaly(PaymentAnomaly::Velocity(v)) if planted(v.window_start) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(velocity.len(), 1, "cust-004's burst fills exactly one window");
+    assert_eq!(
+        (velocity[0].customer_id.as_str(), velocity[0].transaction_count, velocity[0].total_amount),
+        ("cust-004", 5, 430.52)
+    );
+    assert_eq!((velocity[0].window_start, velocity[0].window_end), (T0 + 13_000, T0 + 18_000));
+
+    let metrics = |start: Millis| {
+        outputs
+            .iter()
+            .find_map(|o| match o {
+                Output::Metrics(m) if m.window_start_ms == start => Some(m.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let m = metrics(T0 + 10_000);
+    assert_eq!((m.joined_count, m.unmatched_payments, m.amount_mismatches, m.total_revenue), (12, 0, 0, 965.6));
+    let m = metrics(T0 + 20_000);
+    assert_eq!((m.joined_count, m.unmatched_payments, m.amount_mismatches), (7, 1, 1), "pay-9001 and pay-9002");
+
+    let site_b = outputs
+        .iter()
+        .find_map(|o| match o {
+            Output::DeviceMetrics(m) if m.site_id == "site-b" && m.window_start == T0 + 31_000 => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((site_b.event_count, site_b.fault_count, site_b.fault_rate), (10, 8, 0.8));
+
+    let spikes: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::DeviceAnomaly(DeviceAnomaly::FaultSpike(s)) if planted(s.window_start) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(spikes.iter().all(|s| s.site_id == "site-b"));
+    let first = spikes.iter().min_by_key(|s| s.window_start).unwrap();
+    assert_eq!((first.window_start, first.fault_count, first.threshold), (T0 + 30_000, 6, 3), "the spike as it builds");
+
+    let loops: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::DeviceAnomaly(DeviceAnomaly::RebootLoop(r)) if planted(r.window_start) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(loops.len(), 1);
+    assert_eq!(
+        (loops[0].device_id.as_str(), loops[0].reboot_count, loops[0].window_start),
+        ("dev-300", 4, T0 + 32_000)
+    );
+
+    let firmware: Vec<(Millis, u64)> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::DeviceAnomaly(DeviceAnomaly::FirmwareFailure(f)) if f.device_id == "dev-100" => {
+                Some((f.event_time - T0, f.failure_count))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(firmware, vec![(37_507, 1), (38_207, 2), (38_907, 3)]);
+
+    let late: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Late(LateEvent::Device(l)) => Some(l),
+            Output::Late(other) => panic!("unexpected late record {other:?}"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(late.len(), 1);
+    assert_eq!(
+        (late[0].device_id.as_str(), late[0].event_ts_ms, late[0].watermark_ms, late[0].lag_ms),
+        ("dev-101", T0 + 3_507, T0 + 39_650, 36_143)
+    );
+
+    let alerts: Vec<&HealthAlert> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Health(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    let gaps: Vec<_> =
+        alerts.iter().filter_map(|a| if let HealthAlert::Throughput(t) = a { Some(t) } else { None }).collect();
+    assert_eq!(gaps.len(), 1, "normal traffic has no gaps");
+    assert_eq!((gaps[0].gap_ms, gaps[0].resumed_at), (12_650, T0 + 31_607));
+    assert!(alerts
+        .iter()
+        .any(|a| matches!(a, HealthAlert::LateSpike(s) if s.window_start == T0 && s.late_events == 1)));
+    assert!(alerts
+        .iter()
+        .any(|a| matches!(a, HealthAlert::WatermarkLag(l) if l.window_start == T0 && l.max_lag_ms == 36_143)));
+    assert!(alerts
+        .iter()
+        .any(|a| matches!(a, HealthAlert::FaultRate(f) if f.window_start == T0 + 30_000 && f.fault_count == 6)));
+
+    let dead: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| if let Output::DeadLetter(d) = o { Some(d.source.as_str()) } else { None })
+        .collect();
+    assert_eq!(dead, vec!["orders", "payments", "devices", "devices"]);
+
+    assert!(stats.ledger.balances(), "{}", stats.ledger);
+    assert_eq!((stats.ledger.devices_late, stats.ledger.dead_letters), (1, 4));
+}
+
+fn canonical(outputs: &[Output]) -> Vec<String> {
+    let mut lines: Vec<String> = outputs.iter().map(tagged).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn the_result_does_not_depend_on_the_partition_count() {
+    let (one, _) = run_planted(1, 3);
+    let reference = canonical(&one);
+    for partitions in [2, 4, 7] {
+        let (outputs, _) = run_planted(partitions, 3);
+        assert_eq!(canonical(&outputs), reference, "{partitions} partitions");
+    }
+}
+
+#[test]
+fn the_same_input_gives_the_same_output_in_the_same_order() {
+    let (a, _) = run_planted(4, 2);
+    let (b, _) = run_planted(4, 2);
+    assert_eq!(a.iter().map(tagged).collect::<Vec<_>>(), b.iter().map(tagged).collect::<Vec<_>>());
+}
+
+#[test]
+fn more_normal_traffic_leaves_the_planted_scenarios_as_they_are() {
+    let (small, _) = run_planted(4, 1);
+    let (large, stats) = run_planted(4, 40);
+    assert!(stats.ledger.read > 40_000 && stats.ledger.balances(), "{}", stats.ledger);
+    let lines: Vec<String> = large.iter().map(tagged).collect();
+    for expected in SEED_LINES {
+        assert!(lines.iter().any(|l| l == expected), "missing at scale 40: {expected}");
+    }
+    let planted_alerts = |o: &[Output]| {
+        o.iter().filter(|o| matches!(o, Output::Health(_) | Output::Late(_))).map(tagged).collect::<Vec<_>>()
+    };
+    assert_eq!(planted_alerts(&large), planted_alerts(&small), "quiet normal traffic raises no health alert");
+}
