@@ -18,6 +18,8 @@
 //! minimum over the tasks that write to it (the join holds its own back for pending
 //! payments), and every reader of that topic goes by it.
 
+use std::sync::Arc;
+
 use vigil_model::output::{DeadLetter, EnrichedPayment, LateEvent, Output};
 use vigil_model::{Config, DeviceEvent, InputRecord, Millis};
 use vigil_operators::{
@@ -194,6 +196,7 @@ impl EmbeddedRuntime {
     /// The enriched-payments topic: keyed by customer, read by metrics and anomalies.
     fn enriched(&mut self, payments: Vec<EnrichedPayment>) {
         for e in payments {
+            let e = Arc::new(e);
             self.outputs.push(Output::Enriched(e.clone()));
             if let Some(customer) = &e.customer_id {
                 let q = self.partition(customer);
@@ -256,6 +259,7 @@ impl EmbeddedRuntime {
     }
 
     fn on_time(&mut self, e: DeviceEvent) {
+        let e = Arc::new(e);
         let alerts = self.health.record(HealthInput::OnTime(e.clone()));
         self.outputs.extend(alerts.into_iter().map(Output::Health));
         let q = self.partition(&e.site_id);

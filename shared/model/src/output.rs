@@ -5,6 +5,8 @@
 //! a late-but-allowed event changed it. Revision 1 is not printed, so first results
 //! match the seed's lines byte for byte; a consumer reads a missing revision as 1.
 
+use std::sync::Arc;
+
 use serde::{Serialize, Serializer};
 
 use crate::input::{DeviceEvent, EventType};
@@ -208,7 +210,7 @@ impl LateDeviceEvent {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LatePayment {
     #[serde(flatten)]
-    pub payment: EnrichedPayment,
+    pub payment: Arc<EnrichedPayment>,
     pub watermark_ms: Millis,
     pub lag_ms: Millis,
 }
@@ -312,10 +314,11 @@ pub struct DeadLetter {
     pub line: String,
 }
 
-/// Everything the pipeline emits, one variant per tagged output kind.
+/// Everything the pipeline emits, one variant per tagged output kind. An enriched
+/// payment is shared (`Arc`) with the stages that read it rather than copied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
-    Enriched(EnrichedPayment),
+    Enriched(Arc<EnrichedPayment>),
     Metrics(WindowMetrics),
     DeviceMetrics(DeviceMetrics),
     Anomaly(PaymentAnomaly),

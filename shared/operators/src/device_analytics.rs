@@ -9,6 +9,8 @@
 //! Windows keep the device stream's allowed lateness: an on-time event that is behind
 //! the watermark re-emits the windows it changes with a higher `revision`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{
     AnomalyType, DeviceAnomaly, DeviceMetrics, FaultSpike, FirmwareFailure, LateDeviceEvent, RebootLoop, RecordType,
@@ -72,12 +74,13 @@ impl DeviceAnalytics {
             d.device_window_slide_seconds as Millis * 1000,
         );
         let lateness = d.device_allowed_lateness_ms as Millis;
+        let max_reboots = d.max_reboots_per_window;
         DeviceAnalytics {
             max_faults: d.max_faults_per_window,
             max_reboots: d.max_reboots_per_window,
             watermark: NO_WATERMARK,
             sites: KeyedWindows::new(windows, lateness),
-            reboots: KeyedWindows::new(windows, lateness),
+            reboots: KeyedWindows::new(windows, lateness).emitting_only(move |r: &Reboots| r.0 > max_reboots),
             firmware_failures: KeyedState::default(),
             site_results: Vec::new(),
             reboot_results: Vec::new(),
@@ -113,7 +116,7 @@ impl DeviceAnalytics {
             }));
         }
         let max_reboots = self.max_reboots;
-        out.extend(self.reboot_results.drain(..).filter(|r| r.value.0 > max_reboots).map(|r| {
+        out.extend(self.reboot_results.drain(..).map(|r| {
             DeviceOutput::Anomaly(DeviceAnomaly::RebootLoop(RebootLoop {
                 record_type: RecordType::Anomaly,
                 anomaly_type: AnomalyType::DeviceRebootLoop,
@@ -129,10 +132,10 @@ impl DeviceAnalytics {
 }
 
 impl Operator for DeviceAnalytics {
-    type In = DeviceEvent;
+    type In = Arc<DeviceEvent>;
     type Out = DeviceOutput;
 
-    fn on_record(&mut self, e: DeviceEvent, out: &mut Vec<DeviceOutput>) {
+    fn on_record(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<DeviceOutput>) {
         let failure = e.is_firmware_failure();
         let added = self.sites.add(
             &e.site_id,
@@ -148,7 +151,7 @@ impl Operator for DeviceAnalytics {
         );
         if added.is_err() {
             // Only reachable when this operator's watermark runs ahead of the router's.
-            out.push(DeviceOutput::Late(LateDeviceEvent::new(e, self.watermark)));
+            out.push(DeviceOutput::Late(LateDeviceEvent::new(Arc::unwrap_or_clone(e), self.watermark)));
             return;
         }
         if e.event_type == EventType::Reboot {
@@ -160,8 +163,8 @@ impl Operator for DeviceAnalytics {
             out.push(DeviceOutput::Anomaly(DeviceAnomaly::FirmwareFailure(FirmwareFailure {
                 record_type: RecordType::Anomaly,
                 anomaly_type: AnomalyType::FirmwareUpdateFailure,
-                device_id: e.device_id,
-                site_id: e.site_id,
+                device_id: e.device_id.clone(),
+                site_id: e.site_id.clone(),
                 failure_count: *count,
                 event_time: e.event_ts,
             })));
@@ -188,14 +191,14 @@ mod tests {
 
     const T: Millis = 1_700_000_000_000;
 
-    fn event(device: &str, site: &str, event_type: EventType, status: &str, at: Millis) -> DeviceEvent {
-        DeviceEvent {
+    fn event(device: &str, site: &str, event_type: EventType, status: &str, at: Millis) -> Arc<DeviceEvent> {
+        Arc::new(DeviceEvent {
             device_id: device.into(),
             site_id: site.into(),
             event_type,
             status: status.into(),
             event_ts: T + at,
-        }
+        })
     }
 
     fn metrics(out: &[DeviceOutput]) -> Vec<(Millis, u64, u64, f64, u32)> {

@@ -15,6 +15,7 @@
 //!   the ceiling, fired when the watermark passes the window.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{
@@ -28,7 +29,7 @@ use vigil_stream::Operator;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum HealthInput {
-    OnTime(DeviceEvent),
+    OnTime(Arc<DeviceEvent>),
     Late(LateDeviceEvent),
 }
 
@@ -74,6 +75,7 @@ impl HealthMonitor {
         let h = &config.health;
         let window_ms = h.health_window_seconds as Millis * 1000;
         let allowed_lateness_ms = config.devices.device_allowed_lateness_ms as Millis;
+        let max_faults = h.max_faults_per_window;
         HealthMonitor {
             window_ms,
             allowed_lateness_ms,
@@ -85,13 +87,14 @@ impl HealthMonitor {
             watermark: NO_WATERMARK,
             unreleased: BTreeSet::new(),
             last_released: None,
-            faults: KeyedWindows::new(SlidingWindows::tumbling(window_ms), allowed_lateness_ms),
+            faults: KeyedWindows::new(SlidingWindows::tumbling(window_ms), allowed_lateness_ms)
+                .emitting_only(move |f: &Faults| f.0 > max_faults),
             fired: Vec::new(),
             late: BTreeMap::new(),
         }
     }
 
-    fn on_time(&mut self, e: DeviceEvent, out: &mut Vec<HealthAlert>) {
+    fn on_time(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<HealthAlert>) {
         if self.last_released.is_none_or(|last| e.event_ts > last) {
             self.unreleased.insert(e.event_ts);
         }
@@ -148,7 +151,7 @@ impl HealthMonitor {
 
     fn emit_faults(&mut self, out: &mut Vec<HealthAlert>) {
         let max = self.max_faults;
-        out.extend(self.fired.drain(..).filter(|r| r.value.0 > max).map(|r| {
+        out.extend(self.fired.drain(..).map(|r| {
             HealthAlert::FaultRate(FaultRateAlert {
                 record_type: RecordType::HealthAlert,
                 reason: HealthReason::FaultRateExceeded,
@@ -231,13 +234,13 @@ mod tests {
     const T: Millis = 1_700_000_000_000;
 
     fn event(event_type: EventType, at: Millis) -> HealthInput {
-        HealthInput::OnTime(DeviceEvent {
+        HealthInput::OnTime(Arc::new(DeviceEvent {
             device_id: "dev-200".into(),
             site_id: "site-b".into(),
             event_type,
             status: "ok".into(),
             event_ts: T + at,
-        })
+        }))
     }
 
     fn late(at: Millis, watermark_at: Millis) -> HealthInput {

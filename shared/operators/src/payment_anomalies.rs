@@ -11,6 +11,8 @@
 //! So payments are scored in event-time order, `(payment_ts, payment_id)`, as the
 //! watermark passes them: the same input gives the same anomalies on any runtime.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{
     AmountAnomaly, AnomalyType, EnrichedPayment, LatePayment, PaymentAnomaly, RecordType, VelocityAnomaly,
@@ -82,9 +84,8 @@ pub struct PaymentAnomalies {
     sigma: f64,
     floor: f64,
     min_samples: u64,
-    max_transactions: u64,
     watermark: Millis,
-    waiting: EventTimeBuffer<String, EnrichedPayment>,
+    waiting: EventTimeBuffer<String, Arc<EnrichedPayment>>,
     stats: KeyedState<String, RunningStats>,
     velocity: KeyedWindows<String, Velocity>,
     fired: Vec<WindowResult<String, Velocity>>,
@@ -95,15 +96,15 @@ impl PaymentAnomalies {
         let p = &config.payments;
         let windows =
             SlidingWindows::sliding(p.window_size_seconds as Millis * 1000, p.window_slide_seconds as Millis * 1000);
+        let max_transactions = p.max_transactions_per_window;
         PaymentAnomalies {
             sigma: p.amount_sigma_multiplier,
             floor: p.amount_static_floor,
             min_samples: p.min_samples_for_dynamic,
-            max_transactions: p.max_transactions_per_window,
             watermark: NO_WATERMARK,
             waiting: EventTimeBuffer::default(),
             stats: KeyedState::default(),
-            velocity: KeyedWindows::new(windows, 0),
+            velocity: KeyedWindows::new(windows, 0).emitting_only(move |v: &Velocity| v.count > max_transactions),
             fired: Vec::new(),
         }
     }
@@ -117,9 +118,9 @@ impl PaymentAnomalies {
         }
     }
 
-    fn score(&mut self, p: EnrichedPayment, out: &mut Vec<AnomalyOutput>) {
-        let Some(customer) = p.customer_id.clone() else { return };
-        let stats = self.stats.get(&customer).copied().unwrap_or_default();
+    fn score(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<AnomalyOutput>) {
+        let Some(customer) = &p.customer_id else { return };
+        let stats = self.stats.get(customer).copied().unwrap_or_default();
         let threshold = self.threshold(&stats);
         if p.paid_amount > threshold {
             out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(AmountAnomaly {
@@ -133,10 +134,10 @@ impl PaymentAnomalies {
                 event_time: p.payment_ts_ms,
             })));
         }
-        self.stats.get_or_insert_with(&customer, RunningStats::default).add(p.paid_amount);
+        self.stats.get_or_insert_with(customer, RunningStats::default).add(p.paid_amount);
         let cents = to_cents(p.paid_amount);
         let added = self.velocity.add(
-            &customer,
+            customer,
             p.payment_ts_ms,
             self.watermark,
             |v| {
@@ -153,8 +154,7 @@ impl PaymentAnomalies {
     }
 
     fn emit_velocity(&mut self, out: &mut Vec<AnomalyOutput>) {
-        let max = self.max_transactions;
-        out.extend(self.fired.drain(..).filter(|r| r.value.count > max).map(|r| {
+        out.extend(self.fired.drain(..).map(|r| {
             AnomalyOutput::Anomaly(PaymentAnomaly::Velocity(VelocityAnomaly {
                 record_type: RecordType::Anomaly,
                 anomaly_type: AnomalyType::Velocity,
@@ -170,10 +170,10 @@ impl PaymentAnomalies {
 }
 
 impl Operator for PaymentAnomalies {
-    type In = EnrichedPayment;
+    type In = Arc<EnrichedPayment>;
     type Out = AnomalyOutput;
 
-    fn on_record(&mut self, p: EnrichedPayment, out: &mut Vec<AnomalyOutput>) {
+    fn on_record(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<AnomalyOutput>) {
         if p.unmatched {
             return; // only matched payments have a customer to score against
         }
@@ -211,7 +211,7 @@ mod tests {
 
     const T: Millis = 1_700_000_000_000;
 
-    fn paid(id: &str, customer: &str, amount: f64, ts: Millis) -> EnrichedPayment {
+    fn paid(id: &str, customer: &str, amount: f64, ts: Millis) -> Arc<EnrichedPayment> {
         let payment = Payment {
             payment_id: id.into(),
             order_id: id.into(),
@@ -226,7 +226,7 @@ mod tests {
             order_ts: ts,
             country: "US".into(),
         };
-        enrich(payment, Some(&order), 0.01)
+        Arc::new(enrich(payment, Some(&order), 0.01))
     }
 
     fn amounts(out: &[AnomalyOutput]) -> Vec<(String, f64, f64)> {
@@ -332,7 +332,7 @@ mod tests {
             payment_ts: T,
             method: "card".into(),
         };
-        h.record(enrich(payment, None, 0.01));
+        h.record(Arc::new(enrich(payment, None, 0.01)));
         assert!(h.finish().is_empty());
     }
 }

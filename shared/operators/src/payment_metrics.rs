@@ -5,6 +5,8 @@
 //! Payment windows have no allowed lateness (the seed gives none); a payment that
 //! reaches a window after it closed goes to the late side output instead.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, LatePayment, RecordType, WindowMetrics};
 use vigil_model::{Config, Millis};
@@ -70,10 +72,10 @@ impl PaymentMetrics {
 }
 
 impl Operator for PaymentMetrics {
-    type In = EnrichedPayment;
+    type In = Arc<EnrichedPayment>;
     type Out = MetricsOutput;
 
-    fn on_record(&mut self, p: EnrichedPayment, out: &mut Vec<MetricsOutput>) {
+    fn on_record(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<MetricsOutput>) {
         let (unmatched, mismatch, cents) = (p.unmatched, p.amount_mismatch, to_cents(p.paid_amount));
         let added = self.windows.add(
             &(),
@@ -114,7 +116,7 @@ mod tests {
 
     const T: Millis = 1_700_000_000_000;
 
-    fn enriched(id: &str, paid: f64, ordered: Option<f64>, ts: Millis) -> EnrichedPayment {
+    fn enriched(id: &str, paid: f64, ordered: Option<f64>, ts: Millis) -> Arc<EnrichedPayment> {
         let payment = Payment {
             payment_id: id.into(),
             order_id: id.into(),
@@ -129,7 +131,7 @@ mod tests {
             order_ts: ts,
             country: "US".into(),
         });
-        enrich(payment, order.as_ref(), 0.01)
+        Arc::new(enrich(payment, order.as_ref(), 0.01))
     }
 
     fn metrics(out: &[MetricsOutput]) -> Vec<&WindowMetrics> {

@@ -99,17 +99,31 @@ impl<A> Default for KeyWindows<A> {
 }
 
 /// Windows of one assigner over many keys.
-#[derive(Debug, Clone)]
 pub struct KeyedWindows<K, A> {
     windows: SlidingWindows,
     allowed_lateness: Millis,
     keys: KeyedState<K, KeyWindows<A>>,
     timers: TimerQueue<K>,
+    /// Which results are worth emitting; the rest are never built.
+    wanted: Box<dyn Fn(&A) -> bool + Send>,
 }
 
 impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     pub fn new(windows: SlidingWindows, allowed_lateness: Millis) -> Self {
-        KeyedWindows { windows, allowed_lateness, keys: KeyedState::default(), timers: TimerQueue::default() }
+        KeyedWindows {
+            windows,
+            allowed_lateness,
+            keys: KeyedState::default(),
+            timers: TimerQueue::default(),
+            wanted: Box::new(|_| true),
+        }
+    }
+
+    /// Emits only the results that pass `wanted` (a rule's threshold, say): a sliding
+    /// window fires every slide, and most results of a rule are below it.
+    pub fn emitting_only(mut self, wanted: impl Fn(&A) -> bool + Send + 'static) -> Self {
+        self.wanted = Box::new(wanted);
+        self
     }
 
     /// Adds an event at `ts`, judged against `watermark`. When the event changes
@@ -130,12 +144,21 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         }
         let state = self.keys.get_or_insert_with(key, KeyWindows::default);
         update(state.panes.entry(pane).or_default());
+        let first_end = pane + w.slide;
+        if first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end) {
+            // The common, in-order case: none of this pane's windows has fired or is
+            // due, and the key's timer comes before the first of them.
+            return Ok(());
+        }
         for window in w.windows_of(ts) {
             let fired = window.end <= state.fired_upto;
             if fired && !closed_for_good(window.end, watermark, self.allowed_lateness) {
                 let revision = state.revisions.get(&window.start).map_or(1, |r| r + 1);
                 state.revisions.insert(window.start, revision);
-                out.push(WindowResult { key: key.clone(), window, value: merge_panes(&state.panes, window), revision });
+                let value = merge_panes(&state.panes, window);
+                if (self.wanted)(&value) {
+                    out.push(WindowResult { key: key.clone(), window, value, revision });
+                }
             }
         }
         self.process_key(key, watermark, out);
@@ -177,12 +200,10 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
                 if lateness > 0 {
                     state.revisions.insert(window.start, 1);
                 }
-                out.push(WindowResult {
-                    key: key.clone(),
-                    window,
-                    value: merge_panes(&state.panes, window),
-                    revision: 1,
-                });
+                let value = merge_panes(&state.panes, window);
+                if (self.wanted)(&value) {
+                    out.push(WindowResult { key: key.clone(), window, value, revision: 1 });
+                }
             }
         }
         // Forget what no on-time event can change any more.
