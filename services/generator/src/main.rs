@@ -64,13 +64,10 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<()> {
     match (&args.out, args.stream) {
         (Some(dir), _) => {
-            let dataset = Dataset::planted(args.scale, args.seed);
-            dataset.write_to(dir).with_context(|| format!("cannot write the dataset to {}", dir.display()))?;
+            let [orders, payments, devices] = Dataset::write_planted(dir, args.scale, args.seed)
+                .with_context(|| format!("cannot write the dataset to {}", dir.display()))?;
             eprintln!(
-                "vigil-generator: wrote {} orders, {} payments, {} device events to {}",
-                dataset.orders.len(),
-                dataset.payments.len(),
-                dataset.devices.len(),
+                "vigil-generator: wrote {orders} orders, {payments} payments, {devices} device events to {}",
                 dir.display()
             );
             Ok(())

@@ -24,19 +24,23 @@ pub struct Dataset {
 impl Dataset {
     /// The planted scenarios, then `scale` × 1 000 events of normal traffic.
     pub fn planted(scale: u64, seed: u64) -> Dataset {
-        let mut d = Dataset {
-            orders: lines(planted::orders()).chain(strings(planted::BAD_ORDER_LINES)).collect(),
-            payments: lines(planted::payments()).chain(strings(planted::BAD_PAYMENT_LINES)).collect(),
-            devices: lines(planted::devices()).chain(strings(planted::BAD_DEVICE_LINES)).collect(),
-        };
-        let traffic = Traffic::new(seed, PLANTED_START_MS + PLANTED_SPAN_MS, FIRST_TRAFFIC_ID);
-        let events = scale * 1000;
-        for i in 0..Traffic::pairs_for(events) {
-            d.orders.extend(traffic.order(i).map(|o| json(&o)));
-            d.payments.extend(traffic.payment(i).map(|p| json(&p)));
+        Dataset {
+            orders: planted_lines(Source::Orders, scale, seed).collect(),
+            payments: planted_lines(Source::Payments, scale, seed).collect(),
+            devices: planted_lines(Source::Devices, scale, seed).collect(),
         }
-        d.devices.extend((0..Traffic::devices_for(events)).map(|k| json(&traffic.device(k))));
-        d
+    }
+
+    /// Writes the planted dataset straight to a folder, one line at a time, so a
+    /// dataset of any size needs no memory to speak of. Returns the lines written per
+    /// stream, in [`Source::ALL`] order.
+    pub fn write_planted(dir: &Path, scale: u64, seed: u64) -> io::Result<[u64; 3]> {
+        std::fs::create_dir_all(dir)?;
+        let mut written = [0; 3];
+        for (n, source) in written.iter_mut().zip(Source::ALL) {
+            *n = write_lines(&dir.join(source.file_name()), planted_lines(source, scale, seed))?;
+        }
+        Ok(written)
     }
 
     pub fn lines(&self, source: Source) -> &[String] {
@@ -59,14 +63,46 @@ impl Dataset {
     pub fn write_to(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for source in Source::ALL {
-            let mut w = BufWriter::new(std::fs::File::create(dir.join(source.file_name()))?);
-            for line in self.lines(source) {
-                writeln!(w, "{line}")?;
-            }
-            w.flush()?;
+            write_lines(&dir.join(source.file_name()), self.lines(source).iter())?;
         }
         Ok(())
     }
+}
+
+/// One stream of the planted dataset: its planted records, its bad lines, then
+/// normal traffic.
+fn planted_lines(source: Source, scale: u64, seed: u64) -> Box<dyn Iterator<Item = String>> {
+    let traffic = Traffic::new(seed, PLANTED_START_MS + PLANTED_SPAN_MS, FIRST_TRAFFIC_ID);
+    let events = scale * 1000;
+    let pairs = 0..Traffic::pairs_for(events);
+    match source {
+        Source::Orders => Box::new(
+            lines(planted::orders())
+                .chain(strings(planted::BAD_ORDER_LINES))
+                .chain(pairs.filter_map(move |i| traffic.order(i)).map(|o| json(&o))),
+        ),
+        Source::Payments => Box::new(
+            lines(planted::payments())
+                .chain(strings(planted::BAD_PAYMENT_LINES))
+                .chain(pairs.filter_map(move |i| traffic.payment(i)).map(|p| json(&p))),
+        ),
+        Source::Devices => Box::new(
+            lines(planted::devices())
+                .chain(strings(planted::BAD_DEVICE_LINES))
+                .chain((0..Traffic::devices_for(events)).map(move |k| json(&traffic.device(k)))),
+        ),
+    }
+}
+
+fn write_lines<S: AsRef<str>>(path: &Path, lines: impl Iterator<Item = S>) -> io::Result<u64> {
+    let mut w = BufWriter::new(std::fs::File::create(path)?);
+    let mut n = 0;
+    for line in lines {
+        writeln!(w, "{}", line.as_ref())?;
+        n += 1;
+    }
+    w.flush()?;
+    Ok(n)
 }
 
 fn json<T: Serialize>(record: &T) -> String {
@@ -96,13 +132,16 @@ mod tests {
     }
 
     #[test]
-    fn a_written_folder_holds_every_line() {
+    fn a_written_folder_holds_every_line_whichever_way_it_was_written() {
         let dir = std::env::temp_dir().join(format!("vigil-dataset-{}", std::process::id()));
+        let streamed = dir.join("streamed");
         let d = Dataset::planted(1, 7);
         d.write_to(&dir).unwrap();
+        Dataset::write_planted(&streamed, 1, 7).unwrap();
         for source in Source::ALL {
             let text = std::fs::read_to_string(dir.join(source.file_name())).unwrap();
-            assert_eq!(text.lines().count(), d.lines(source).len());
+            assert_eq!(text.lines().collect::<Vec<_>>(), d.lines(source));
+            assert_eq!(std::fs::read_to_string(streamed.join(source.file_name())).unwrap(), text);
         }
         std::fs::remove_dir_all(dir).unwrap();
     }
