@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Local Kafka + Schema Registry for Vigil, without Docker.
+#
+# Runs a real single-node Apache Kafka 4.x broker (KRaft) and Apicurio Registry
+# (which speaks Confluent's Schema Registry API under /apis/ccompat/v7), both as
+# plain JVMs bound to 127.0.0.1. Needs only Java 17+, Maven and curl: the jars
+# come from Maven Central through deploy/local-stack/pom.xml.
+#
+#   scripts/local-stack.sh start    fetch (once), start both, write .cache/local-stack/env
+#   scripts/local-stack.sh stop     stop both, delete their data
+#   scripts/local-stack.sh status
+#   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
+#
+# Env: KAFKA_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
+#      KAFKA_HEAP_OPTS (-Xmx512m), REGISTRY_HEAP_OPTS (-Xmx384m),
+#      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPLOY="$ROOT/deploy/local-stack"
+CACHE="$ROOT/.cache/local-stack"
+LIBS="$CACHE/kafka-libs"     # flat folder of Kafka jars (classpath = LIBS/*)
+REGISTRY="$CACHE/registry"   # unpacked Apicurio Registry distribution
+RUN="$CACHE/run"             # per-start data; deleted by stop
+LOGS="$CACHE/logs"           # kept after stop, for post-mortems
+ENV_FILE="$CACHE/env"
+START_TIMEOUT="${START_TIMEOUT:-120}"
+JAVA="${JAVA:-java}"
+
+log() { echo "local-stack: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Re-fetch only when the pom changed (its hash is stored with the cache), so
+# `start` is cheap and offline once the cache exists.
+fetch() {
+  local stamp="$CACHE/.fetched" want
+  want="$(sha256sum "$DEPLOY/pom.xml" | cut -d' ' -f1)"
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && return 0
+  command -v mvn >/dev/null || die "mvn not found (needed once, to fetch the jars)"
+  mkdir -p "$CACHE"
+  rm -rf "$LIBS" "$REGISTRY"
+  local t0=$SECONDS mvn=(mvn -B -ntp -f "$DEPLOY/pom.xml")
+  log "fetching Kafka broker + tools jars (~55 MB) from Maven Central..."
+  "${mvn[@]}" dependency:copy-dependencies -DoutputDirectory="$LIBS" >"$CACHE/fetch.log" 2>&1 \
+    || { tail -n 30 "$CACHE/fetch.log" >&2; die "fetching Kafka failed (see $CACHE/fetch.log)"; }
+  log "fetching Apicurio Registry (~160 MB) from Maven Central..."
+  "${mvn[@]}" dependency:copy@registry -DoutputDirectory="$CACHE" >>"$CACHE/fetch.log" 2>&1 \
+    || { tail -n 30 "$CACHE/fetch.log" >&2; die "fetching Apicurio Registry failed (see $CACHE/fetch.log)"; }
+  # The tarball has no top folder; GNU tar (not Maven) handles its pax headers.
+  mkdir -p "$REGISTRY"
+  tar -xzf "$CACHE/apicurio-registry.tar.gz" -C "$REGISTRY"
+  rm -f "$CACHE/apicurio-registry.tar.gz"
+  echo "$want" >"$stamp"
+  log "fetched in $((SECONDS - t0)) s, cache is $(du -sh "$CACHE" | cut -f1)"
+}
+
+# True if something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp,
+# so no nc/ss is needed).
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# A random port in 20000-59999 that nothing listens on yet.
+free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    port_open "$p" || { echo "$p"; return 0; }
+  done
+  die "no free port found"
+}
+
+pid_of() { cat "$RUN/$1.pid" 2>/dev/null || true; }
+# Alive = the pid runs a java whose command line points into our cache, so a
+# stale pid file (e.g. after a reboot) can never make us signal another process.
+alive() {
+  local pid; pid="$(pid_of "$1")"
+  [[ -n "$pid" && "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == *"$CACHE"* ]]
+}
+
+kafka_class() {
+  [[ -d "$LIBS" ]] || die "Kafka jars not fetched yet: run '$0 start' first"
+  # shellcheck disable=SC2086  # *_OPTS are deliberately word-split
+  exec "$JAVA" ${KAFKA_TOOL_OPTS:--Xmx512m} -Dlog4j2.level="${KAFKA_TOOL_LOG_LEVEL:-WARN}" \
+    -cp "$LIBS/*" "$@"
+}
+
+# Wait until "$@" succeeds; fail with the component's log if its process dies
+# or the timeout passes.
+wait_for() {
+  local name="$1"; shift
+  local deadline=$((SECONDS + START_TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then
+      tail -n 40 "$LOGS/$name.log" >&2; die "$name exited during start-up (log: $LOGS/$name.log)"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail -n 40 "$LOGS/$name.log" >&2; die "$name not ready after ${START_TIMEOUT}s (log: $LOGS/$name.log)"
+    fi
+    sleep 1
+  done
+}
+
+kafka_ready() {
+  port_open "$KAFKA_PORT" &&
+    timeout 30 "$0" kafka-class org.apache.kafka.tools.TopicCommand \
+      --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list
+}
+registry_ready() {
+  [[ "$(curl -s -o /dev/null -w '%{http_code}' "$REGISTRY_URL/subjects")" == 200 ]]
+}
+
+start() {
+  alive kafka && alive registry && [[ -f "$ENV_FILE" ]] && { log "already running"; cat "$ENV_FILE"; return 0; }
+  stop_all quiet  # clear a half-started or crashed stack
+  # Never leave half a stack running when start fails (logs are kept).
+  trap 'rc=$?; ((rc == 0)) || stop_all quiet; exit "$rc"' EXIT
+  command -v "$JAVA" >/dev/null || die "java not found (Java 17+ required)"
+  command -v curl >/dev/null || die "curl not found"
+  fetch
+
+  KAFKA_PORT="${KAFKA_PORT:-$(free_port)}"
+  CONTROLLER_PORT="${CONTROLLER_PORT:-$(free_port)}"
+  REGISTRY_PORT="${REGISTRY_PORT:-$(free_port)}"
+  REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+  for p in "$KAFKA_PORT" "$CONTROLLER_PORT" "$REGISTRY_PORT"; do
+    ! port_open "$p" || die "port $p is already in use"
+  done
+  mkdir -p "$RUN/kafka/data" "$RUN/registry" "$LOGS"
+
+  sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
+      -e "s|@DATA_DIR@|$RUN/kafka/data|g" "$DEPLOY/server.properties" >"$RUN/kafka/server.properties"
+
+  # A KRaft cluster id is 16 random bytes in unpadded URL-safe base64 (what
+  # `kafka-storage.sh random-uuid` prints); Kafka rejects ids starting with '-'.
+  local cluster_id t0=$SECONDS
+  cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+  cluster_id="A${cluster_id:1}"
+  log "formatting KRaft storage (cluster $cluster_id)..."
+  "$0" kafka-class kafka.tools.StorageTool format --standalone -t "$cluster_id" \
+    -c "$RUN/kafka/server.properties" >"$LOGS/kafka-format.log" 2>&1 \
+    || { cat "$LOGS/kafka-format.log" >&2; die "formatting Kafka storage failed"; }
+
+  # Both JVMs start together (they don't depend on each other) to save time.
+  # Console logging at INFO via log4j2's default config: no config file needed.
+  log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller :$CONTROLLER_PORT)..."
+  # shellcheck disable=SC2086
+  nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
+    kafka.Kafka "$RUN/kafka/server.properties" >"$LOGS/kafka.log" 2>&1 </dev/null &
+  echo $! >"$RUN/kafka.pid"
+
+  # Apicurio 3.0.x ships a legacy "*-runner.jar", 3.1+ a "quarkus-run.jar".
+  local jar
+  jar="$(find "$REGISTRY" -maxdepth 1 \( -name '*-runner.jar' -o -name quarkus-run.jar \) | head -n 1)"
+  [[ -n "$jar" ]] || die "no runnable jar in $REGISTRY"
+  log "starting Apicurio Registry on 127.0.0.1:$REGISTRY_PORT..."
+  # shellcheck disable=SC2086
+  (cd "$RUN/registry" && exec nohup "$JAVA" ${REGISTRY_HEAP_OPTS:--Xmx384m} \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+    -jar "$jar" >"$LOGS/registry.log" 2>&1 </dev/null) &
+  echo $! >"$RUN/registry.pid"
+
+  wait_for kafka kafka_ready
+  log "Kafka ready after $((SECONDS - t0)) s"
+  wait_for registry registry_ready
+  log "Apicurio Registry ready after $((SECONDS - t0)) s"
+
+  printf 'VIGIL_BOOTSTRAP_SERVERS=127.0.0.1:%s\nVIGIL_SCHEMA_REGISTRY_URL=%s\n' \
+    "$KAFKA_PORT" "$REGISTRY_URL" >"$ENV_FILE"
+  log "stack is up; env written to $ENV_FILE"
+  cat "$ENV_FILE"
+}
+
+# SIGTERM lets Kafka shut down cleanly; SIGKILL only if it hangs.
+stop_one() {
+  local name="$1" pid
+  pid="$(pid_of "$name")"
+  alive "$name" || return 0
+  [[ "${2:-}" == quiet ]] || log "stopping $name (pid $pid)..."
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+  log "$name did not stop within 30 s, killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+stop_all() {
+  stop_one registry "${1:-}" & stop_one kafka "${1:-}" & wait
+  rm -rf "$RUN" "$ENV_FILE"
+}
+
+status() {
+  local rc=0 name
+  for name in kafka registry; do
+    if alive "$name"; then echo "$name: running (pid $(pid_of "$name"))"; else echo "$name: stopped"; rc=3; fi
+  done
+  [[ -f "$ENV_FILE" ]] && cat "$ENV_FILE"
+  return "$rc"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop_all; log "stopped" ;;
+  status) status ;;
+  kafka-class) shift; [[ $# -ge 1 ]] || die "usage: $0 kafka-class <main-class> [args...]"; kafka_class "$@" ;;
+  *) echo "usage: $0 {start|stop|status|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
+esac
