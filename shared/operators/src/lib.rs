@@ -9,6 +9,8 @@ pub mod join_enrich;
 mod money;
 pub mod payment_anomalies;
 pub mod payment_metrics;
+#[cfg(test)]
+mod test_records;
 
 pub use device_analytics::{DeviceAnalytics, DeviceOutput};
 pub use device_router::{DeviceRouter, Routed};

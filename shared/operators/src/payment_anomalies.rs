@@ -205,28 +205,13 @@ impl Operator for PaymentAnomalies {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::join_enrich::enrich;
-    use vigil_model::{Order, Payment};
+    use crate::test_records;
     use vigil_stream::harness::Harness;
 
     const T: Millis = 1_700_000_000_000;
 
     fn paid(id: &str, customer: &str, amount: f64, ts: Millis) -> Arc<EnrichedPayment> {
-        let payment = Payment {
-            payment_id: id.into(),
-            order_id: id.into(),
-            paid_amount: amount,
-            payment_ts: ts,
-            method: "card".into(),
-        };
-        let order = Order {
-            order_id: id.into(),
-            customer_id: customer.into(),
-            order_amount: amount,
-            order_ts: ts,
-            country: "US".into(),
-        };
-        Arc::new(enrich(payment, Some(&order), 0.01))
+        test_records::enriched(id, customer, amount, Some(amount), ts)
     }
 
     fn amounts(out: &[AnomalyOutput]) -> Vec<(String, f64, f64)> {
@@ -325,14 +310,7 @@ mod tests {
     #[test]
     fn unmatched_payments_are_not_scored() {
         let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
-        let payment = Payment {
-            payment_id: "p".into(),
-            order_id: "none".into(),
-            paid_amount: 99_999.0,
-            payment_ts: T,
-            method: "card".into(),
-        };
-        h.record(Arc::new(enrich(payment, None, 0.01)));
+        h.record(test_records::enriched("p", "c", 99_999.0, None, T));
         assert!(h.finish().is_empty());
     }
 }

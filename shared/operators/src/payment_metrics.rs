@@ -110,28 +110,13 @@ impl Operator for PaymentMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::join_enrich::enrich;
-    use vigil_model::{Order, Payment};
+    use crate::test_records;
     use vigil_stream::harness::Harness;
 
     const T: Millis = 1_700_000_000_000;
 
     fn enriched(id: &str, paid: f64, ordered: Option<f64>, ts: Millis) -> Arc<EnrichedPayment> {
-        let payment = Payment {
-            payment_id: id.into(),
-            order_id: id.into(),
-            paid_amount: paid,
-            payment_ts: ts,
-            method: "card".into(),
-        };
-        let order = ordered.map(|amount| Order {
-            order_id: id.into(),
-            customer_id: "c".into(),
-            order_amount: amount,
-            order_ts: ts,
-            country: "US".into(),
-        });
-        Arc::new(enrich(payment, order.as_ref(), 0.01))
+        test_records::enriched(id, "c", paid, ordered, ts)
     }
 
     fn metrics(out: &[MetricsOutput]) -> Vec<&WindowMetrics> {
