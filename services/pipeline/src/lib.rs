@@ -5,7 +5,6 @@ pub mod ingest;
 pub mod ledger;
 pub mod runtime;
 pub mod sink;
-mod source_clock;
 
 use std::io;
 use std::time::{Duration, Instant};

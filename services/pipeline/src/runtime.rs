@@ -27,11 +27,11 @@ use vigil_operators::{
     MetricsOutput, PaymentAnomalies, PaymentMetrics, Routed,
 };
 use vigil_stream::partition::partition_for;
+use vigil_stream::source_clock::SourceClock;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
 
 use crate::ledger::Ledger;
-use crate::source_clock::SourceClock;
 
 pub struct EmbeddedRuntime {
     partitions: u32,

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::input::{DeviceEvent, EventType};
 use crate::time::{iso_utc, Millis};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordType {
     EnrichedPayment,
@@ -43,7 +43,7 @@ fn is_first(revision: &u32) -> bool {
 }
 
 /// Stage 1: a payment with the context of the order it matched.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnrichedPayment {
     pub record_type: RecordType,
     pub payment_id: String,
@@ -177,7 +177,7 @@ pub enum DeviceAnomaly {
 }
 
 /// Stage 4: a device event behind the watermark by more than the allowed lateness.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LateDeviceEvent {
     pub record_type: RecordType,
     pub device_id: String,

@@ -17,6 +17,7 @@ use vigil_model::output::{
 };
 use vigil_model::time::round4;
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::state::KeyedState;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
@@ -181,6 +182,20 @@ impl Operator for DeviceAnalytics {
 
     fn output_watermark(&self) -> Millis {
         self.watermark
+    }
+}
+
+impl Stateful for DeviceAnalytics {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&(self.watermark, self.sites.state(), self.reboots.state(), &self.firmware_failures))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let (sites, reboots);
+        (self.watermark, sites, reboots, self.firmware_failures) = decode(snapshot)?;
+        self.sites.restore(sites);
+        self.reboots.restore(reboots);
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 
 use vigil_model::output::LateDeviceEvent;
 use vigil_model::{Config, DeviceEvent, Millis};
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
 
@@ -43,6 +44,17 @@ impl Operator for DeviceRouter {
 
     fn output_watermark(&self) -> Millis {
         self.watermark
+    }
+}
+
+impl Stateful for DeviceRouter {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&self.watermark)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        self.watermark = decode(snapshot)?;
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@ use vigil_model::output::{
     WatermarkLagAlert,
 };
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, Window, WindowResult};
 use vigil_stream::Operator;
@@ -223,6 +224,19 @@ impl Operator for HealthMonitor {
 
     fn output_watermark(&self) -> Millis {
         self.watermark
+    }
+}
+
+impl Stateful for HealthMonitor {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&(self.watermark, &self.unreleased, self.last_released, self.faults.state(), &self.late))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let faults;
+        (self.watermark, self.unreleased, self.last_released, faults, self.late) = decode(snapshot)?;
+        self.faults.restore(faults);
+        Ok(())
     }
 }
 

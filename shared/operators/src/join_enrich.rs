@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, RecordType};
 use vigil_model::{Config, Millis, Order, Payment};
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::state::KeyedState;
 use vigil_stream::timers::TimerQueue;
 use vigil_stream::watermark::NO_WATERMARK;
@@ -156,6 +157,17 @@ impl Operator for JoinEnrich {
             Some(&oldest) => self.watermark.min(oldest),
             None => self.watermark,
         }
+    }
+}
+
+impl Stateful for JoinEnrich {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&(self.watermark, &self.keys, &self.timers, &self.pending_ts))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        (self.watermark, self.keys, self.timers, self.pending_ts) = decode(snapshot)?;
+        Ok(())
     }
 }
 

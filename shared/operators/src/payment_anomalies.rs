@@ -20,6 +20,7 @@ use vigil_model::output::{
 use vigil_model::time::round2;
 use vigil_model::{Config, Millis};
 use vigil_stream::event_sort::EventTimeBuffer;
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::state::KeyedState;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
@@ -199,6 +200,19 @@ impl Operator for PaymentAnomalies {
 
     fn output_watermark(&self) -> Millis {
         self.watermark
+    }
+}
+
+impl Stateful for PaymentAnomalies {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&(self.watermark, &self.waiting, &self.stats, self.velocity.state()))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let velocity;
+        (self.watermark, self.waiting, self.stats, velocity) = decode(snapshot)?;
+        self.velocity.restore(velocity);
+        Ok(())
     }
 }
 

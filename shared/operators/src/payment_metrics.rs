@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, LatePayment, RecordType, WindowMetrics};
 use vigil_model::{Config, Millis};
+use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
 use vigil_stream::Operator;
@@ -104,6 +105,19 @@ impl Operator for PaymentMetrics {
 
     fn output_watermark(&self) -> Millis {
         self.watermark
+    }
+}
+
+impl Stateful for PaymentMetrics {
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&(self.watermark, self.windows.state()))
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let (watermark, windows) = decode(snapshot)?;
+        self.watermark = watermark;
+        self.windows.restore(windows);
+        Ok(())
     }
 }
 

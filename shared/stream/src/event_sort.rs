@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::Millis;
 
-#[derive(Debug, Clone)]
-pub struct EventTimeBuffer<K, T> {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventTimeBuffer<K: Ord, T> {
     items: BTreeMap<(Millis, K, u64), T>,
     arrivals: u64,
 }

@@ -6,6 +6,8 @@ pub mod event_sort;
 pub mod harness;
 pub mod operator;
 pub mod partition;
+pub mod snapshot;
+pub mod source_clock;
 pub mod state;
 pub mod timers;
 pub mod watermark;

@@ -5,6 +5,7 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Debug, Clone)]
 pub struct KeyedState<K, V> {
@@ -110,6 +111,19 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
                 self.values.remove(&key);
             }
         }
+    }
+}
+
+/// The values alone: a restored state starts with no pending changes.
+impl<K: Serialize + Hash + Eq, V: Serialize> Serialize for KeyedState<K, V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.values.serialize(s)
+    }
+}
+
+impl<'de, K: Deserialize<'de> + Hash + Eq, V: Deserialize<'de>> Deserialize<'de> for KeyedState<K, V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(KeyedState { values: FxHashMap::deserialize(d)?, changed: None })
     }
 }
 

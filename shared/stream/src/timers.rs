@@ -2,13 +2,15 @@
 
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::Millis;
 
 /// Pending timers, ordered by time then key, so they fire in a deterministic order.
 /// A timer set for `t` fires once the watermark passes `t` (watermark > t): then no
 /// on-time event at or before `t` can still arrive.
-#[derive(Debug, Clone)]
-pub struct TimerQueue<K> {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TimerQueue<K: Ord> {
     timers: BTreeSet<(Millis, K)>,
 }
 

@@ -99,13 +99,19 @@ impl<A> Default for KeyWindows<A> {
 }
 
 /// Windows of one assigner over many keys.
-pub struct KeyedWindows<K, A> {
+pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     windows: SlidingWindows,
     allowed_lateness: Millis,
-    keys: KeyedState<K, KeyWindows<A>>,
-    timers: TimerQueue<K>,
     /// Which results are worth emitting; the rest are never built.
     wanted: Box<dyn Fn(&A) -> bool + Send>,
+    state: WindowsState<K, A>,
+}
+
+/// Everything [`KeyedWindows`] must remember across a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WindowsState<K: Ord + Hash + Eq, A> {
+    keys: KeyedState<K, KeyWindows<A>>,
+    timers: TimerQueue<K>,
 }
 
 impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
@@ -113,9 +119,8 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         KeyedWindows {
             windows,
             allowed_lateness,
-            keys: KeyedState::default(),
-            timers: TimerQueue::default(),
             wanted: Box::new(|_| true),
+            state: WindowsState { keys: KeyedState::default(), timers: TimerQueue::default() },
         }
     }
 
@@ -142,7 +147,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         if self.closed_for_good(pane + w.size, watermark) {
             return Err(TooLate);
         }
-        let state = self.keys.get_or_insert_with(key, KeyWindows::default);
+        let state = self.state.keys.get_or_insert_with(key, KeyWindows::default);
         update(state.panes.entry(pane).or_default());
         let first_end = pane + w.slide;
         if first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end) {
@@ -168,8 +173,8 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     /// The watermark advanced: fire every window that is now complete, forget those
     /// past their allowed lateness.
     pub fn advance(&mut self, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
-        while let Some((time, key)) = self.timers.pop_due(watermark) {
-            if let Some(state) = self.keys.get_mut(&key) {
+        while let Some((time, key)) = self.state.timers.pop_due(watermark) {
+            if let Some(state) = self.state.keys.get_mut(&key) {
                 if state.timer == Some(time) {
                     state.timer = None;
                 }
@@ -178,9 +183,17 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         }
     }
 
+    pub fn state(&self) -> &WindowsState<K, A> {
+        &self.state
+    }
+
+    pub fn restore(&mut self, state: WindowsState<K, A>) {
+        self.state = state;
+    }
+
     /// Keys with live window state.
     pub fn key_count(&self) -> usize {
-        self.keys.len()
+        self.state.keys.len()
     }
 
     fn closed_for_good(&self, end: Millis, watermark: Millis) -> bool {
@@ -189,7 +202,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
 
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
-        let Some(state) = self.keys.get_mut(key) else { return };
+        let Some(state) = self.state.keys.get_mut(key) else { return };
         while let Some(end) = next_fire_end(state, w) {
             if end > watermark {
                 break;
@@ -228,14 +241,14 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         let empty = state.panes.is_empty() && state.revisions.is_empty();
         if old != next {
             if let Some(old) = old {
-                self.timers.delete(old, key);
+                self.state.timers.delete(old, key);
             }
             if let Some(next) = next {
-                self.timers.register(next, key.clone());
+                self.state.timers.register(next, key.clone());
             }
         }
         if empty {
-            self.keys.remove(key);
+            self.state.keys.remove(key);
         }
     }
 }

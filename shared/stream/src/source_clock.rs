@@ -1,5 +1,5 @@
-//! Event time of one input topic in the embedded runtime: a watermark per partition,
-//! and the rule that keeps a silent partition from stalling its readers.
+//! Event time of one input topic: a watermark per partition, and the rule that keeps
+//! a silent partition from stalling its readers.
 //!
 //! A partition is idle once its topic has advanced `idle_timeout` in event time
 //! without it receiving a record. Idleness is measured in the topic's own event time,
@@ -8,8 +8,8 @@
 //! older to deliver, so its readers follow the topic's watermark (the minimum over
 //! its active partitions) instead of waiting on it.
 
-use vigil_model::Millis;
-use vigil_stream::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
+use crate::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
+use crate::Millis;
 
 #[derive(Debug, Clone)]
 pub struct SourceClock {
