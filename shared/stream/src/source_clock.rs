@@ -8,6 +8,8 @@
 //! older to deliver, so its readers follow the topic's watermark (the minimum over
 //! its active partitions) instead of waiting on it.
 
+use serde::{Deserialize, Serialize};
+
 use crate::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
 use crate::Millis;
 
@@ -18,14 +20,22 @@ pub struct SourceClock {
     /// Highest event time on any partition, and the first one (the idle clock's origin).
     topic_max: Millis,
     first_ts: Option<Millis>,
-    finished: bool,
 }
 
 #[derive(Debug, Clone)]
 struct Partition {
     watermark: BoundedOutOfOrderness,
+    progress: Progress,
+}
+
+/// What a runtime saves of one partition so its watermark survives a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Progress {
+    max_event_ts: Option<Millis>,
     /// The topic's highest event time when this partition last received a record.
     topic_max_at_last_record: Option<Millis>,
+    /// The partition's input has ended.
+    finished: bool,
 }
 
 impl SourceClock {
@@ -33,11 +43,10 @@ impl SourceClock {
         SourceClock {
             idle_timeout,
             partitions: (0..partitions)
-                .map(|_| Partition { watermark: BoundedOutOfOrderness::new(bound), topic_max_at_last_record: None })
+                .map(|_| Partition { watermark: BoundedOutOfOrderness::new(bound), progress: Progress::default() })
                 .collect(),
             topic_max: NO_WATERMARK,
             first_ts: None,
-            finished: false,
         }
     }
 
@@ -46,16 +55,44 @@ impl SourceClock {
         self.topic_max = self.topic_max.max(event_ts);
         let p = &mut self.partitions[partition];
         p.watermark.observe(event_ts);
-        p.topic_max_at_last_record = Some(self.topic_max);
+        p.progress.max_event_ts = Some(p.watermark.max_event_ts());
+        p.progress.topic_max_at_last_record = Some(self.topic_max);
     }
 
     /// The input has ended: every partition's watermark goes to the end of time.
     pub fn finish(&mut self) {
-        self.finished = true;
+        for p in 0..self.partitions.len() {
+            self.finish_partition(p);
+        }
+    }
+
+    /// One partition's input has ended.
+    pub fn finish_partition(&mut self, partition: usize) {
+        self.partitions[partition].progress.finished = true;
+    }
+
+    /// What to save of one partition.
+    pub fn progress(&self, partition: usize) -> Progress {
+        self.partitions[partition].progress
+    }
+
+    /// Puts one partition back where a saved [`Progress`] says it was.
+    pub fn restore(&mut self, partition: usize, progress: Progress) {
+        let p = &mut self.partitions[partition];
+        p.watermark = BoundedOutOfOrderness::new(p.watermark.bound());
+        if let Some(ts) = progress.max_event_ts {
+            p.watermark.observe(ts);
+            self.first_ts.get_or_insert(ts);
+        }
+        p.progress = progress;
+        self.topic_max = self.partitions.iter().filter_map(|p| p.progress.max_event_ts).max().unwrap_or(NO_WATERMARK);
     }
 
     fn is_idle(&self, p: &Partition) -> bool {
-        match p.topic_max_at_last_record.or(self.first_ts) {
+        if p.progress.finished {
+            return false;
+        }
+        match p.progress.topic_max_at_last_record.or(self.first_ts) {
             Some(since) => self.topic_max.saturating_sub(since) > self.idle_timeout,
             None => false,
         }
@@ -63,21 +100,23 @@ impl SourceClock {
 
     /// The minimum watermark over the active partitions.
     fn topic_watermark(&self) -> Millis {
-        self.partitions.iter().filter(|p| !self.is_idle(p)).map(|p| p.watermark.current()).min().unwrap_or(NO_WATERMARK)
+        self.partitions.iter().filter(|p| !self.is_idle(p)).map(own_watermark).min().unwrap_or(NO_WATERMARK)
     }
 
     /// Every partition's watermark, computing the topic's minimum once.
     pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
-        let topic = if self.finished { END_OF_TIME } else { self.topic_watermark() };
-        self.partitions.iter().map(move |p| {
-            if self.finished {
-                END_OF_TIME
-            } else if self.is_idle(p) {
-                p.watermark.current().max(topic)
-            } else {
-                p.watermark.current()
-            }
-        })
+        let topic = self.topic_watermark();
+        self.partitions
+            .iter()
+            .map(move |p| if self.is_idle(p) { own_watermark(p).max(topic) } else { own_watermark(p) })
+    }
+}
+
+fn own_watermark(p: &Partition) -> Millis {
+    if p.progress.finished {
+        END_OF_TIME
+    } else {
+        p.watermark.current()
     }
 }
 
@@ -124,6 +163,28 @@ mod tests {
         assert_eq!(c.watermarks().collect::<Vec<_>>(), vec![-1_000, -900]);
         c.observe(0, 20_000);
         assert_eq!(c.watermark(1), 18_000, "partition 1 is idle once partition 0 moved on");
+    }
+
+    #[test]
+    fn a_restored_partition_has_its_watermark_and_idleness_back() {
+        let mut c = SourceClock::new(2, 2000, 4_000);
+        c.observe(0, 10_000);
+        c.observe(1, 3_000);
+        c.observe(0, 15_000);
+        let mut restored = SourceClock::new(2, 2000, 4_000);
+        restored.restore(0, c.progress(0));
+        restored.restore(1, c.progress(1));
+        assert_eq!(restored.watermarks().collect::<Vec<_>>(), c.watermarks().collect::<Vec<_>>());
+        assert_eq!(restored.watermark(1), 13_000, "partition 1 is idle and follows the topic");
+    }
+
+    #[test]
+    fn a_finished_partition_no_longer_holds_anyone_back() {
+        let mut c = SourceClock::new(2, 2000, 60_000);
+        c.observe(0, 10_000);
+        c.observe(1, 3_000);
+        c.finish_partition(1);
+        assert_eq!(c.watermarks().collect::<Vec<_>>(), vec![8_000, END_OF_TIME]);
     }
 
     #[test]

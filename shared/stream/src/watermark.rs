@@ -38,6 +38,10 @@ impl BoundedOutOfOrderness {
     pub fn max_event_ts(&self) -> Millis {
         self.max_event_ts
     }
+
+    pub fn bound(&self) -> Millis {
+        self.bound
+    }
 }
 
 /// Combines the watermarks of several input channels (partitions, or upstream tasks)

@@ -1,0 +1,118 @@
+//! Watermarks between services. A Kafka topic carries records, not event-time
+//! progress, so every task that writes a topic also writes, at each commit, a marker
+//! record to every partition of it: no value, two headers saying which task wrote it
+//! and its output watermark. A reader's watermark for a partition is the minimum over
+//! the tasks that write to it, as Flink combines its input channels; the embedded
+//! runtime combines the same tasks the same way.
+//!
+//! Whoever produces the input topics (the generator, after a dataset) may write a
+//! marker without a task header to say a partition has ended: its watermark is then
+//! the end of time and every window fires, as a bounded source does in Flink.
+
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use serde::{Deserialize, Serialize};
+use vigil_model::Millis;
+use vigil_stream::watermark::NO_WATERMARK;
+
+const WATERMARK: &str = "vigil-watermark";
+const TASK: &str = "vigil-task";
+
+/// What a marker says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    /// The writing task; `None` for an external producer ending its input.
+    pub task: Option<u32>,
+    pub watermark: Millis,
+}
+
+pub fn headers(marker: Marker) -> OwnedHeaders {
+    let wm = marker.watermark.to_string();
+    let headers = OwnedHeaders::new().insert(Header { key: WATERMARK, value: Some(wm.as_bytes()) });
+    match marker.task {
+        Some(task) => headers.insert(Header { key: TASK, value: Some(task.to_string().as_bytes()) }),
+        None => headers,
+    }
+}
+
+/// The marker a message carries, if it is one.
+pub fn read<M: Message>(message: &M) -> Option<Marker> {
+    let headers = message.headers()?;
+    let value = |name: &str| -> Option<String> {
+        headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let watermark = value(WATERMARK)?.parse().ok()?;
+    let task = value(TASK).and_then(|t| t.parse().ok());
+    Some(Marker { task, watermark })
+}
+
+/// The watermark of each partition of an upstream topic: the minimum over the tasks
+/// that write it (a task not heard from yet holds it at "no watermark").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamWatermarks {
+    /// Per partition, per writing task.
+    partitions: Vec<Vec<Millis>>,
+}
+
+impl UpstreamWatermarks {
+    pub fn new(partitions: u32, writers: u32) -> Self {
+        UpstreamWatermarks { partitions: vec![vec![NO_WATERMARK; writers as usize]; partitions as usize] }
+    }
+
+    pub fn update(&mut self, partition: usize, task: u32, watermark: Millis) {
+        if let Some(slot) = self.partitions.get_mut(partition).and_then(|p| p.get_mut(task as usize)) {
+            *slot = (*slot).max(watermark);
+        }
+    }
+
+    pub fn watermark(&self, partition: usize) -> Millis {
+        self.partitions[partition].iter().copied().min().unwrap_or(NO_WATERMARK)
+    }
+
+    /// One partition's state, for a task's snapshot.
+    pub fn partition(&self, partition: usize) -> Vec<Millis> {
+        self.partitions[partition].clone()
+    }
+
+    pub fn restore_partition(&mut self, partition: usize, writers: Vec<Millis>) {
+        for (slot, w) in self.partitions[partition].iter_mut().zip(writers) {
+            *slot = (*slot).max(w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::OwnedMessage;
+    use rdkafka::Timestamp;
+
+    fn message(headers: OwnedHeaders) -> OwnedMessage {
+        OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, Some(headers))
+    }
+
+    #[test]
+    fn a_marker_round_trips_through_headers() {
+        for marker in
+            [Marker { task: Some(3), watermark: 1_700_000_039_650 }, Marker { task: None, watermark: Millis::MAX }]
+        {
+            assert_eq!(read(&message(headers(marker))), Some(marker));
+        }
+        let plain = message(OwnedHeaders::new().insert(Header { key: "other", value: Some(b"x") }));
+        assert_eq!(read(&plain), None);
+    }
+
+    #[test]
+    fn a_partition_goes_by_its_slowest_writer() {
+        let mut u = UpstreamWatermarks::new(2, 3);
+        u.update(0, 0, 5_000);
+        u.update(0, 1, 7_000);
+        assert_eq!(u.watermark(0), NO_WATERMARK, "writer 2 has not spoken");
+        u.update(0, 2, 6_000);
+        assert_eq!(u.watermark(0), 5_000);
+        u.update(0, 0, 4_000);
+        assert_eq!(u.watermark(0), 5_000, "a writer's watermark never goes back");
+        let mut restored = UpstreamWatermarks::new(2, 3);
+        restored.restore_partition(0, u.partition(0));
+        assert_eq!(restored.watermark(0), 5_000);
+    }
+}

@@ -1,0 +1,165 @@
+//! Every topic Vigil uses: its name, its value schema, its cleanup policy; and the
+//! admin calls that create them (idempotently) and check them at start-up.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+/// A topic and the Avro schema of its values (`None` for changelogs, whose values
+/// are operator snapshots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Topic {
+    pub name: &'static str,
+    pub schema: Option<&'static str>,
+    pub compacted: bool,
+}
+
+const fn data(name: &'static str, schema: &'static str) -> Topic {
+    Topic { name, schema: Some(schema), compacted: false }
+}
+
+pub const ORDERS: Topic = data("orders", include_str!("../../../schemas/orders.avsc"));
+pub const PAYMENTS: Topic = data("payments", include_str!("../../../schemas/payments.avsc"));
+pub const DEVICE_EVENTS: Topic = data("device-events", include_str!("../../../schemas/device-events.avsc"));
+pub const ENRICHED_PAYMENTS: Topic = data("enriched-payments", include_str!("../../../schemas/enriched-payments.avsc"));
+pub const ENRICHED_PAYMENTS_LATE: Topic =
+    data("enriched-payments-late", include_str!("../../../schemas/enriched-payments-late.avsc"));
+pub const PAYMENT_METRICS: Topic = data("payment-metrics", include_str!("../../../schemas/payment-metrics.avsc"));
+pub const PAYMENT_ANOMALIES: Topic = data("payment-anomalies", include_str!("../../../schemas/payment-anomalies.avsc"));
+pub const DEVICE_EVENTS_ONTIME: Topic =
+    data("device-events-ontime", include_str!("../../../schemas/device-events.avsc"));
+pub const DEVICE_EVENTS_LATE: Topic =
+    data("device-events-late", include_str!("../../../schemas/device-events-late.avsc"));
+pub const DEVICE_METRICS: Topic = data("device-metrics", include_str!("../../../schemas/device-metrics.avsc"));
+pub const DEVICE_ANOMALIES: Topic = data("device-anomalies", include_str!("../../../schemas/device-anomalies.avsc"));
+pub const HEALTH_ALERTS: Topic = data("health-alerts", include_str!("../../../schemas/health-alerts.avsc"));
+pub const DEAD_LETTERS: Topic = data("dead-letters", include_str!("../../../schemas/dead-letters.avsc"));
+
+pub const DATA_TOPICS: [Topic; 13] = [
+    ORDERS,
+    PAYMENTS,
+    DEVICE_EVENTS,
+    ENRICHED_PAYMENTS,
+    ENRICHED_PAYMENTS_LATE,
+    PAYMENT_METRICS,
+    PAYMENT_ANOMALIES,
+    DEVICE_EVENTS_ONTIME,
+    DEVICE_EVENTS_LATE,
+    DEVICE_METRICS,
+    DEVICE_ANOMALIES,
+    HEALTH_ALERTS,
+    DEAD_LETTERS,
+];
+
+/// The services, each with one compacted changelog topic for its state.
+pub const SERVICES: [&str; 6] =
+    ["join-enrich", "payment-metrics", "payment-anomalies", "device-router", "device-analytics", "health-monitor"];
+
+pub fn changelog(service: &str) -> String {
+    format!("{service}-changelog")
+}
+
+pub fn by_name(name: &str) -> Option<Topic> {
+    DATA_TOPICS.into_iter().find(|t| t.name == name)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("topic `{topic}` does not exist; run `vigil-admin provision` first")]
+    Missing { topic: String },
+    #[error(
+        "topic `{topic}` has {actual} partitions but Vigil is configured for {expected} \
+         (every keyed topic must have runtime.partitions partitions so keys stay co-partitioned); \
+         recreate it or set VIGIL_RUNTIME_PARTITIONS={actual}"
+    )]
+    Partitions { topic: String, actual: usize, expected: usize },
+    #[error("cannot read the metadata of topic `{topic}`: {source}")]
+    Metadata { topic: String, source: rdkafka::error::KafkaError },
+    #[error("cannot create topic `{topic}`: {reason}")]
+    Create { topic: String, reason: String },
+}
+
+/// Every topic name with whether it is compacted.
+pub fn all_topic_names() -> Vec<(String, bool)> {
+    DATA_TOPICS
+        .iter()
+        .map(|t| (t.name.to_string(), t.compacted))
+        .chain(SERVICES.iter().map(|s| (changelog(s), true)))
+        .collect()
+}
+
+/// What provisioning did to one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provisioned {
+    Created,
+    AlreadyThere,
+}
+
+/// Creates every missing topic with `partitions` partitions; an existing topic is
+/// left alone (and then checked). Safe to run any number of times.
+pub fn provision(
+    admin: &AdminClient<DefaultClientContext>,
+    consumer: &BaseConsumer,
+    partitions: u32,
+    replication: i32,
+) -> Result<Vec<(String, Provisioned)>, TopicError> {
+    let names = all_topic_names();
+    let topics: Vec<NewTopic> = names
+        .iter()
+        .map(|(name, compacted)| {
+            let t = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(replication));
+            if *compacted {
+                t.set("cleanup.policy", "compact")
+            } else {
+                t
+            }
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let results = runtime
+        .block_on(admin.create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))))
+        .map_err(|e| TopicError::Create { topic: "*".into(), reason: e.to_string() })?;
+    let mut report = Vec::new();
+    for result in results {
+        match result {
+            Ok(name) => report.push((name, Provisioned::Created)),
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => report.push((name, Provisioned::AlreadyThere)),
+            Err((name, code)) => return Err(TopicError::Create { topic: name, reason: code.to_string() }),
+        }
+    }
+    let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
+    check(consumer, &names, partitions)?;
+    Ok(report)
+}
+
+/// Fails with a message that says what to do when a topic is missing or has the
+/// wrong number of partitions.
+pub fn check<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
+    consumer: &C,
+    topics: &[String],
+    partitions: u32,
+) -> Result<(), TopicError> {
+    for topic in topics {
+        let actual = partition_count(consumer, topic)?;
+        if actual == 0 {
+            return Err(TopicError::Missing { topic: topic.clone() });
+        }
+        if actual != partitions as usize {
+            return Err(TopicError::Partitions { topic: topic.clone(), actual, expected: partitions as usize });
+        }
+    }
+    Ok(())
+}
+
+pub fn partition_count<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
+    consumer: &C,
+    topic: &str,
+) -> Result<usize, TopicError> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|source| TopicError::Metadata { topic: topic.to_string(), source })?;
+    Ok(metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map_or(0, |t| t.partitions().len()))
+}
