@@ -13,7 +13,9 @@
 #
 # Env: KAFKA_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
 #      KAFKA_HEAP_OPTS (-Xmx512m), REGISTRY_HEAP_OPTS (-Xmx384m),
-#      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120).
+#      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120),
+#      VIGIL_STACK_STATE: folder of this stack's data, logs and env file (default
+#      .cache/local-stack), so several stacks can share the fetched jars.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,9 +23,11 @@ DEPLOY="$ROOT/deploy/local-stack"
 CACHE="$ROOT/.cache/local-stack"
 LIBS="$CACHE/kafka-libs"     # flat folder of Kafka jars (classpath = LIBS/*)
 REGISTRY="$CACHE/registry"   # unpacked Apicurio Registry distribution
-RUN="$CACHE/run"             # per-start data; deleted by stop
-LOGS="$CACHE/logs"           # kept after stop, for post-mortems
-ENV_FILE="$CACHE/env"
+STATE="${VIGIL_STACK_STATE:-$CACHE}"
+mkdir -p "$STATE" && STATE="$(cd "$STATE" && pwd)"   # absolute: the registry runs from its own folder
+RUN="$STATE/run"             # per-start data; deleted by stop
+LOGS="$STATE/logs"           # kept after stop, for post-mortems
+ENV_FILE="$STATE/env"
 START_TIMEOUT="${START_TIMEOUT:-120}"
 JAVA="${JAVA:-java}"
 

@@ -6,7 +6,10 @@
 //! - `--stream orders|payments|devices [--rate R] [--seed S]`: one stream of normal
 //!   traffic as NDJSON on stdout, R records a second (0: as fast as possible), as the
 //!   seed's `generate_stream.py` does. Orders and payments streamed with one seed
-//!   agree: payment i pays order i.
+//!   agree: payment i pays order i;
+//! - `--kafka [--scale N] [--rate R]`: the dataset produced to the input topics as
+//!   Avro, the three streams interleaved by event time, then an end-of-input marker on
+//!   every partition (unless `--no-finish`) so every window fires.
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -15,9 +18,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
+use vigil_datagen::dataset::planted_lines;
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
-use vigil_model::Millis;
+use vigil_kafka::produce::InputProducer;
+use vigil_model::input::parse_line;
+use vigil_model::{Millis, Source};
 
 #[derive(Debug, Parser)]
 #[command(name = "vigil-generator", version, about = "Writes Vigil datasets and streams generator records as NDJSON")]
@@ -31,9 +37,9 @@ struct Args {
     /// Stream one kind of record to stdout.
     #[arg(long, value_enum)]
     stream: Option<StreamKind>,
-    /// Records per second when streaming; 0 streams as fast as the reader takes them.
-    #[arg(long, default_value_t = 20.0)]
-    rate: f64,
+    /// Records per second (default: 20 with --stream; as fast as possible with --kafka; 0 is as fast as possible).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Stop after this many records when streaming (default: never).
     #[arg(long)]
     count: Option<u64>,
@@ -42,6 +48,19 @@ struct Args {
     start_ms: Millis,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Produce the dataset to Kafka instead of writing a folder.
+    #[arg(long, conflicts_with_all = ["out", "stream"])]
+    kafka: bool,
+    /// With --kafka: leave the input open (no end-of-input markers).
+    #[arg(long, requires = "kafka")]
+    no_finish: bool,
+    #[arg(long, env = "VIGIL_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
+    bootstrap_servers: String,
+    #[arg(long, env = "VIGIL_SCHEMA_REGISTRY_URL", default_value = "http://127.0.0.1:8081")]
+    schema_registry_url: String,
+    /// Partitions of the input topics (as runtime.partitions).
+    #[arg(long, env = "VIGIL_RUNTIME_PARTITIONS", default_value_t = 4)]
+    partitions: u32,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -76,10 +95,51 @@ fn run(args: Args) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
             other => other.context("cannot write to stdout"),
         },
-        (None, None) => {
-            bail!("say what to generate: --out DIR for a dataset folder, or --stream orders|payments|devices")
+        (None, None) if args.kafka => produce(&args),
+        (None, None) => bail!(
+            "say what to generate: --out DIR for a dataset folder, --kafka for the input topics, \
+             or --stream orders|payments|devices"
+        ),
+    }
+}
+
+/// The dataset to the input topics, its three streams merged by event time.
+fn produce(args: &Args) -> Result<()> {
+    let producer = InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?;
+    let mut streams: Vec<_> =
+        Source::ALL.iter().map(|&s| (s, planted_lines(s, args.scale, args.seed).peekable())).collect();
+    let started = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        // Lines that are not records (no event time) go as soon as they are next.
+        let next = streams
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, (source, lines))| {
+                let line = lines.peek()?;
+                let ts = parse_line(*source, line).map_or(Millis::MIN, |r| r.event_ts());
+                Some((ts, i))
+            })
+            .min();
+        let Some((_, i)) = next else { break };
+        let (source, lines) = &mut streams[i];
+        let line = lines.next().expect("peeked above");
+        producer.send_line(*source, &line)?;
+        sent += 1;
+        let rate = args.rate.unwrap_or(0.0);
+        if rate > 0.0 {
+            let due = Duration::from_secs_f64(sent as f64 / rate);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
         }
     }
+    if !args.no_finish {
+        producer.finish()?;
+    }
+    producer.flush()?;
+    eprintln!("vigil-generator: produced {sent} records in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 fn stream(kind: StreamKind, args: &Args) -> io::Result<()> {
@@ -99,10 +159,11 @@ fn stream(kind: StreamKind, args: &Args) -> io::Result<()> {
         let Some(line) = line else { continue };
         writeln!(out, "{}", line.map_err(io::Error::other)?)?;
         written += 1;
-        if args.rate > 0.0 {
+        let rate = args.rate.unwrap_or(20.0);
+        if rate > 0.0 {
             // Paced against the start, so a slow write does not slow the average rate.
             out.flush()?;
-            let due = Duration::from_secs_f64(written as f64 / args.rate);
+            let due = Duration::from_secs_f64(written as f64 / rate);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 std::thread::sleep(wait);
             }

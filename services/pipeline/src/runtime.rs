@@ -27,7 +27,7 @@ use vigil_operators::{
     MetricsOutput, PaymentAnomalies, PaymentMetrics, Routed,
 };
 use vigil_stream::partition::partition_for;
-use vigil_stream::source_clock::SourceClock;
+use vigil_stream::source_clock::{Idleness, SourceClock};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
 
@@ -88,7 +88,7 @@ fn tasks<O: Operator>(n: u32, make: impl Fn() -> O) -> Vec<Task<O>> {
 impl EmbeddedRuntime {
     pub fn new(config: &Config) -> Self {
         let p = config.runtime.partitions;
-        let idle = config.runtime.idle_timeout_ms as Millis;
+        let idle = Idleness::EventTime { timeout: config.runtime.idle_timeout_ms as Millis };
         EmbeddedRuntime {
             partitions: p,
             orders: SourceClock::new(p, config.payment_bound_ms(), idle),

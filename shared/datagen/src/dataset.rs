@@ -69,9 +69,9 @@ impl Dataset {
     }
 }
 
-/// One stream of the planted dataset: its planted records, its bad lines, then
-/// normal traffic.
-fn planted_lines(source: Source, scale: u64, seed: u64) -> Box<dyn Iterator<Item = String>> {
+/// One stream of the planted dataset, line by line: its planted records, its bad
+/// lines, then normal traffic.
+pub fn planted_lines(source: Source, scale: u64, seed: u64) -> Box<dyn Iterator<Item = String>> {
     let traffic = Traffic::new(seed, PLANTED_START_MS + PLANTED_SPAN_MS, FIRST_TRAFFIC_ID);
     let events = scale * 1000;
     let pairs = 0..Traffic::pairs_for(events);

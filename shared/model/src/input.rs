@@ -103,29 +103,36 @@ pub struct InvalidRecord(pub String);
 /// Parses and validates one NDJSON line of `source`.
 pub fn parse_line(source: Source, line: &str) -> Result<InputRecord, InvalidRecord> {
     let bad = |e: serde_json::Error| InvalidRecord(format!("not a valid {} record: {e}", source.name()));
-    match source {
-        Source::Orders => {
-            let o: Order = serde_json::from_str(line).map_err(bad)?;
-            non_empty("order_id", &o.order_id)?;
-            non_empty("customer_id", &o.customer_id)?;
-            amount("order_amount", o.order_amount)?;
-            timestamp("order_ts", o.order_ts)?;
-            Ok(InputRecord::Order(o))
-        }
-        Source::Payments => {
-            let p: Payment = serde_json::from_str(line).map_err(bad)?;
-            non_empty("payment_id", &p.payment_id)?;
-            non_empty("order_id", &p.order_id)?;
-            amount("paid_amount", p.paid_amount)?;
-            timestamp("payment_ts", p.payment_ts)?;
-            Ok(InputRecord::Payment(p))
-        }
-        Source::Devices => {
-            let d: DeviceEvent = serde_json::from_str(line).map_err(bad)?;
-            non_empty("device_id", &d.device_id)?;
-            non_empty("site_id", &d.site_id)?;
-            timestamp("event_ts", d.event_ts)?;
-            Ok(InputRecord::Device(d))
+    let record = match source {
+        Source::Orders => InputRecord::Order(serde_json::from_str(line).map_err(bad)?),
+        Source::Payments => InputRecord::Payment(serde_json::from_str(line).map_err(bad)?),
+        Source::Devices => InputRecord::Device(serde_json::from_str(line).map_err(bad)?),
+    };
+    record.validate()?;
+    Ok(record)
+}
+
+impl InputRecord {
+    /// The rules a well-typed record must still meet, whatever format it came in.
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
+        match self {
+            InputRecord::Order(o) => {
+                non_empty("order_id", &o.order_id)?;
+                non_empty("customer_id", &o.customer_id)?;
+                amount("order_amount", o.order_amount)?;
+                timestamp("order_ts", o.order_ts)
+            }
+            InputRecord::Payment(p) => {
+                non_empty("payment_id", &p.payment_id)?;
+                non_empty("order_id", &p.order_id)?;
+                amount("paid_amount", p.paid_amount)?;
+                timestamp("payment_ts", p.payment_ts)
+            }
+            InputRecord::Device(d) => {
+                non_empty("device_id", &d.device_id)?;
+                non_empty("site_id", &d.site_id)?;
+                timestamp("event_ts", d.event_ts)
+            }
         }
     }
 }

@@ -12,30 +12,75 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::input::{DeviceEvent, EventType};
 use crate::time::{iso_utc, Millis};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordType {
-    EnrichedPayment,
-    WindowMetrics,
-    DeviceMetrics,
-    Anomaly,
-    DeviceEvent,
-    HealthAlert,
-    DeadLetter,
+/// A closed set of names that serializes as a plain string: the seed's JSON has them as
+/// strings, and so do the Avro schemas (an Avro enum would tie every schema to every
+/// symbol of the Rust enum).
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(into = "&'static str", try_from = "String")]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl From<$name> for &'static str {
+            fn from(v: $name) -> &'static str {
+                v.as_str()
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+
+            fn try_from(s: String) -> Result<Self, String> {
+                match s.as_str() {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!("unknown {} `{other}`", stringify!($name))),
+                }
+            }
+        }
+    };
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AnomalyType {
-    Amount,
-    Velocity,
-    DeviceFaultSpike,
-    DeviceRebootLoop,
-    FirmwareUpdateFailure,
-}
+string_enum!(RecordType {
+    EnrichedPayment = "enriched_payment",
+    WindowMetrics = "window_metrics",
+    DeviceMetrics = "device_metrics",
+    Anomaly = "anomaly",
+    DeviceEvent = "device_event",
+    HealthAlert = "health_alert",
+    DeadLetter = "dead_letter",
+});
+
+string_enum!(AnomalyType {
+    Amount = "amount",
+    Velocity = "velocity",
+    DeviceFaultSpike = "device_fault_spike",
+    DeviceRebootLoop = "device_reboot_loop",
+    FirmwareUpdateFailure = "firmware_update_failure",
+});
 
 fn iso<S: Serializer>(ms: &Millis, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&iso_utc(*ms))
+}
+
+/// Counts are Avro `long`s (signed 64-bit); no count comes near 2^63.
+fn long<S: Serializer>(count: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(*count as i64)
+}
+
+/// Revisions are Avro `int`s.
+fn int<S: Serializer>(revision: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i32(*revision as i32)
 }
 
 fn is_first(revision: &u32) -> bool {
@@ -64,11 +109,14 @@ pub struct WindowMetrics {
     pub record_type: RecordType,
     pub window_start_ms: Millis,
     pub window_end_ms: Millis,
+    #[serde(serialize_with = "long")]
     pub joined_count: u64,
+    #[serde(serialize_with = "long")]
     pub unmatched_payments: u64,
+    #[serde(serialize_with = "long")]
     pub amount_mismatches: u64,
     pub total_revenue: f64,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -81,12 +129,16 @@ pub struct DeviceMetrics {
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
+    #[serde(serialize_with = "long")]
     pub event_count: u64,
+    #[serde(serialize_with = "long")]
     pub fault_count: u64,
+    #[serde(serialize_with = "long")]
     pub reboot_count: u64,
+    #[serde(serialize_with = "long")]
     pub firmware_failures: u64,
     pub fault_rate: f64,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -108,13 +160,14 @@ pub struct VelocityAnomaly {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
     pub customer_id: String,
+    #[serde(serialize_with = "long")]
     pub transaction_count: u64,
     pub total_amount: f64,
     #[serde(serialize_with = "iso")]
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -131,13 +184,15 @@ pub struct FaultSpike {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
     pub site_id: String,
+    #[serde(serialize_with = "long")]
     pub fault_count: u64,
+    #[serde(serialize_with = "long")]
     pub threshold: u64,
     #[serde(serialize_with = "iso")]
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -146,13 +201,15 @@ pub struct RebootLoop {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
     pub device_id: String,
+    #[serde(serialize_with = "long")]
     pub reboot_count: u64,
+    #[serde(serialize_with = "long")]
     pub threshold: u64,
     #[serde(serialize_with = "iso")]
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -162,6 +219,7 @@ pub struct FirmwareFailure {
     pub anomaly_type: AnomalyType,
     pub device_id: String,
     pub site_id: String,
+    #[serde(serialize_with = "long")]
     pub failure_count: u64,
     #[serde(serialize_with = "iso")]
     pub event_time: Millis,
@@ -206,13 +264,37 @@ impl LateDeviceEvent {
 
 /// Stage 4 for payments: an enriched payment that reached a payment window after
 /// the watermark had closed it. Rare (the join holds its watermark for pending
-/// payments), but counted and shown rather than lost.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// payments), but counted and shown rather than lost. It reads as the payment's
+/// fields followed by `watermark_ms` and `lag_ms`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LatePayment {
-    #[serde(flatten)]
     pub payment: Arc<EnrichedPayment>,
     pub watermark_ms: Millis,
     pub lag_ms: Millis,
+}
+
+// By hand rather than `#[serde(flatten)]`, which serializes as a map and so cannot
+// be written against an Avro record schema.
+impl Serialize for LatePayment {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let p = &self.payment;
+        let mut r = s.serialize_struct("LatePayment", 13)?;
+        r.serialize_field("record_type", &p.record_type)?;
+        r.serialize_field("payment_id", &p.payment_id)?;
+        r.serialize_field("order_id", &p.order_id)?;
+        r.serialize_field("paid_amount", &p.paid_amount)?;
+        r.serialize_field("method", &p.method)?;
+        r.serialize_field("payment_ts_ms", &p.payment_ts_ms)?;
+        r.serialize_field("unmatched", &p.unmatched)?;
+        r.serialize_field("customer_id", &p.customer_id)?;
+        r.serialize_field("order_amount", &p.order_amount)?;
+        r.serialize_field("country", &p.country)?;
+        r.serialize_field("amount_mismatch", &p.amount_mismatch)?;
+        r.serialize_field("watermark_ms", &self.watermark_ms)?;
+        r.serialize_field("lag_ms", &self.lag_ms)?;
+        r.end()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -222,21 +304,14 @@ pub enum LateEvent {
     Payment(LatePayment),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthReason {
-    ThroughputBelowFloor,
-    LateEventSpike,
-    WatermarkLagExceeded,
-    FaultRateExceeded,
-}
+string_enum!(HealthReason {
+    ThroughputBelowFloor = "throughput_below_floor",
+    LateEventSpike = "late_event_spike",
+    WatermarkLagExceeded = "watermark_lag_exceeded",
+    FaultRateExceeded = "fault_rate_exceeded",
+});
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Warning,
-    Critical,
-}
+string_enum!(Severity { Warning = "warning", Critical = "critical" });
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThroughputAlert {
@@ -258,9 +333,11 @@ pub struct LateSpikeAlert {
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
+    #[serde(serialize_with = "long")]
     pub late_events: u64,
+    #[serde(serialize_with = "long")]
     pub ceiling: u64,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -275,7 +352,7 @@ pub struct WatermarkLagAlert {
     pub window_end: Millis,
     pub max_lag_ms: Millis,
     pub threshold_ms: Millis,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -288,9 +365,11 @@ pub struct FaultRateAlert {
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
     pub window_end: Millis,
+    #[serde(serialize_with = "long")]
     pub fault_count: u64,
+    #[serde(serialize_with = "long")]
     pub ceiling: u64,
-    #[serde(skip_serializing_if = "is_first")]
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
     pub revision: u32,
 }
 
@@ -309,6 +388,7 @@ pub enum HealthAlert {
 pub struct DeadLetter {
     pub record_type: RecordType,
     pub source: String,
+    #[serde(serialize_with = "long")]
     pub line_number: u64,
     pub reason: String,
     pub line: String,

@@ -1,21 +1,32 @@
 //! Event time of one input topic: a watermark per partition, and the rule that keeps
 //! a silent partition from stalling its readers.
 //!
-//! A partition is idle once its topic has advanced `idle_timeout` in event time
-//! without it receiving a record. Idleness is measured in the topic's own event time,
-//! not the wall clock, so a replay gives the same answer every run, and a stall of the
-//! whole stream (a real throughput gap) idles nobody. An idle partition has nothing
-//! older to deliver, so its readers follow the topic's watermark (the minimum over
-//! its active partitions) instead of waiting on it.
+//! An idle partition has nothing older to deliver, so its readers follow the topic's
+//! watermark (the minimum over its active partitions) instead of waiting on it. Who
+//! decides idleness depends on the runtime:
+//!
+//! - [`Idleness::EventTime`] (the embedded runtime, which interleaves partitions by
+//!   event time): a partition is idle once its topic has advanced the timeout in event
+//!   time without it. A replay gives the same answer every run, and a stall of the
+//!   whole stream (a real throughput gap) idles nobody.
+//! - [`Idleness::Marked`] (Kafka, where one partition's batch can run minutes of event
+//!   time ahead of another's): the runtime marks a partition idle when it has had no
+//!   record for a while on the wall clock, as Flink's `withIdleness` does.
 
 use serde::{Deserialize, Serialize};
 
 use crate::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
 use crate::Millis;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idleness {
+    EventTime { timeout: Millis },
+    Marked,
+}
+
 #[derive(Debug, Clone)]
 pub struct SourceClock {
-    idle_timeout: Millis,
+    idleness: Idleness,
     partitions: Vec<Partition>,
     /// Highest event time on any partition, and the first one (the idle clock's origin).
     topic_max: Millis,
@@ -26,6 +37,8 @@ pub struct SourceClock {
 struct Partition {
     watermark: BoundedOutOfOrderness,
     progress: Progress,
+    /// Marked idle by the runtime ([`Idleness::Marked`]).
+    marked_idle: bool,
 }
 
 /// What a runtime saves of one partition so its watermark survives a restart.
@@ -39,11 +52,15 @@ pub struct Progress {
 }
 
 impl SourceClock {
-    pub fn new(partitions: u32, bound: Millis, idle_timeout: Millis) -> Self {
+    pub fn new(partitions: u32, bound: Millis, idleness: Idleness) -> Self {
         SourceClock {
-            idle_timeout,
+            idleness,
             partitions: (0..partitions)
-                .map(|_| Partition { watermark: BoundedOutOfOrderness::new(bound), progress: Progress::default() })
+                .map(|_| Partition {
+                    watermark: BoundedOutOfOrderness::new(bound),
+                    progress: Progress::default(),
+                    marked_idle: false,
+                })
                 .collect(),
             topic_max: NO_WATERMARK,
             first_ts: None,
@@ -54,6 +71,7 @@ impl SourceClock {
         self.first_ts.get_or_insert(event_ts);
         self.topic_max = self.topic_max.max(event_ts);
         let p = &mut self.partitions[partition];
+        p.marked_idle = false;
         p.watermark.observe(event_ts);
         p.progress.max_event_ts = Some(p.watermark.max_event_ts());
         p.progress.topic_max_at_last_record = Some(self.topic_max);
@@ -69,6 +87,11 @@ impl SourceClock {
     /// One partition's input has ended.
     pub fn finish_partition(&mut self, partition: usize) {
         self.partitions[partition].progress.finished = true;
+    }
+
+    /// Marks a partition idle or active ([`Idleness::Marked`]).
+    pub fn mark_idle(&mut self, partition: usize, idle: bool) {
+        self.partitions[partition].marked_idle = idle;
     }
 
     /// What to save of one partition.
@@ -92,9 +115,12 @@ impl SourceClock {
         if p.progress.finished {
             return false;
         }
-        match p.progress.topic_max_at_last_record.or(self.first_ts) {
-            Some(since) => self.topic_max.saturating_sub(since) > self.idle_timeout,
-            None => false,
+        match self.idleness {
+            Idleness::Marked => p.marked_idle,
+            Idleness::EventTime { timeout } => match p.progress.topic_max_at_last_record.or(self.first_ts) {
+                Some(since) => self.topic_max.saturating_sub(since) > timeout,
+                None => false,
+            },
         }
     }
 
@@ -132,7 +158,7 @@ mod tests {
 
     #[test]
     fn an_active_partition_goes_by_its_own_events() {
-        let mut c = SourceClock::new(2, 2000, 10_000);
+        let mut c = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 10_000 });
         c.observe(0, 10_000);
         c.observe(1, 5_000);
         assert_eq!(c.watermark(0), 8_000);
@@ -141,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_silent_partition_follows_the_topic_once_the_topic_moved_on_past_the_timeout() {
-        let mut c = SourceClock::new(3, 2000, 10_000);
+        let mut c = SourceClock::new(3, 2000, Idleness::EventTime { timeout: 10_000 });
         c.observe(0, 1_000);
         c.observe(1, 1_000);
         c.observe(0, 11_000);
@@ -156,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_stall_of_the_whole_topic_idles_nobody_until_one_partition_moves_on() {
-        let mut c = SourceClock::new(2, 2000, 4_000);
+        let mut c = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 4_000 });
         c.observe(0, 1_000);
         c.observe(1, 1_100);
         // However long the silence, event time has not moved: both stay active.
@@ -167,11 +193,11 @@ mod tests {
 
     #[test]
     fn a_restored_partition_has_its_watermark_and_idleness_back() {
-        let mut c = SourceClock::new(2, 2000, 4_000);
+        let mut c = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 4_000 });
         c.observe(0, 10_000);
         c.observe(1, 3_000);
         c.observe(0, 15_000);
-        let mut restored = SourceClock::new(2, 2000, 4_000);
+        let mut restored = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 4_000 });
         restored.restore(0, c.progress(0));
         restored.restore(1, c.progress(1));
         assert_eq!(restored.watermarks().collect::<Vec<_>>(), c.watermarks().collect::<Vec<_>>());
@@ -180,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_finished_partition_no_longer_holds_anyone_back() {
-        let mut c = SourceClock::new(2, 2000, 60_000);
+        let mut c = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 60_000 });
         c.observe(0, 10_000);
         c.observe(1, 3_000);
         c.finish_partition(1);
@@ -188,8 +214,20 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_marked_idle_follows_the_topic_until_its_next_record() {
+        let mut c = SourceClock::new(2, 2000, Idleness::Marked);
+        c.observe(0, 60_000);
+        c.observe(1, 1_000);
+        assert_eq!(c.watermark(1), -1_000, "however far the topic ran ahead");
+        c.mark_idle(1, true);
+        assert_eq!(c.watermark(1), 58_000);
+        c.observe(1, 59_000);
+        assert_eq!(c.watermark(1), 57_000, "active again (the watermark readers keep never goes back)");
+    }
+
+    #[test]
     fn finishing_releases_everything() {
-        let mut c = SourceClock::new(2, 2000, 10_000);
+        let mut c = SourceClock::new(2, 2000, Idleness::EventTime { timeout: 10_000 });
         c.observe(0, 1_000);
         c.finish();
         assert_eq!(c.watermarks().collect::<Vec<_>>(), vec![END_OF_TIME, END_OF_TIME]);

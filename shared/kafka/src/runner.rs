@@ -1,0 +1,729 @@
+//! The exactly-once consume-transform-produce loop every service runs.
+//!
+//! One task (operator instance) per input partition — or one for all of them in a
+//! global service — as in the embedded runtime. In a transaction that commits every
+//! `commit_interval`: the outputs, each touched task's snapshot to the service's
+//! compacted changelog, watermark markers on every output partition, and the input
+//! offsets (`send_offsets_to_transaction` with the group metadata, Kafka Streams'
+//! EOS v2). A task is restored from the changelog (read_committed) before its
+//! partition is processed. When a transaction fails the loop aborts it, puts every
+//! task back to its last committed snapshot and rewinds the inputs to the committed
+//! offsets, so nothing is lost or doubled; a fenced producer stops the process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize, Serializer};
+use tracing::{info, warn};
+use vigil_model::output::RecordType;
+use vigil_model::{Config, Millis};
+use vigil_stream::snapshot::{decode, encode, Stateful};
+use vigil_stream::source_clock::{Idleness, Progress, SourceClock};
+use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::Operator;
+
+use crate::codec::{Codec, CodecError};
+use crate::markers::{self, Marker, UpstreamWatermarks};
+use crate::observe::Metrics;
+use crate::topics::{self, Topic, DEAD_LETTERS};
+
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a service's input comes from, which decides how its watermark is known.
+#[derive(Debug, Clone, Copy)]
+pub enum InputKind {
+    /// Written by users: the watermark trails the records' event times by `bound_ms`.
+    Source { bound_ms: Millis },
+    /// Written by another Vigil service: the watermark comes in its markers.
+    Upstream,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Input {
+    pub topic: Topic,
+    pub kind: InputKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallelism {
+    /// One task per input partition; partitions are shared out in a consumer group.
+    PerPartition,
+    /// One task over every partition (a global aggregate): one active instance.
+    Global,
+}
+
+/// A record a service writes.
+pub struct Outgoing {
+    pub topic: Topic,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+/// What makes a service: its operator, its topics, and how records map to both.
+pub trait Service {
+    type Op: Operator + Stateful;
+
+    fn name(&self) -> &'static str;
+    fn parallelism(&self) -> Parallelism;
+    fn inputs(&self, config: &Config) -> Vec<Input>;
+    /// Every topic this service writes records to.
+    fn outputs(&self) -> Vec<Topic>;
+    /// The outputs other services read, which carry this service's watermark.
+    fn watermarked(&self) -> Vec<Topic>;
+    fn operator(&self, config: &Config) -> Self::Op;
+    fn decode(&self, codec: &Codec, topic: Topic, payload: &[u8]) -> Result<<Self::Op as Operator>::In, CodecError>;
+    /// Event time of an input record (used for `Source` inputs).
+    fn event_ts(&self, record: &<Self::Op as Operator>::In) -> Millis;
+    fn encode(&self, codec: &Codec, output: <Self::Op as Operator>::Out) -> Result<Outgoing, CodecError>;
+    /// Whether an output is a late side output (counted in the metrics).
+    fn is_late(&self, output: &<Self::Op as Operator>::Out) -> bool;
+}
+
+/// How to reach Kafka and the registry, and how often to commit.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub bootstrap_servers: String,
+    pub registry_url: String,
+    pub group_id: String,
+    pub transactional_id: String,
+    pub commit_interval: Duration,
+    pub config: Config,
+}
+
+/// The value a service writes to its changelog for one task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TaskSnapshot {
+    operator: Vec<u8>,
+    input_watermark: Millis,
+    sent_watermark: Millis,
+    /// (input index, partition, progress) for source inputs.
+    sources: Vec<(usize, i32, Progress)>,
+    /// (input index, partition, per-writer watermarks) for upstream inputs.
+    upstream: Vec<(usize, i32, Vec<Millis>)>,
+}
+
+struct Task<O> {
+    operator: O,
+    input_watermark: Millis,
+    sent_watermark: Millis,
+    /// What the changelog holds for this task: where an abort puts it back.
+    committed: Option<Vec<u8>>,
+    touched: bool,
+}
+
+/// The record a bad input becomes on `dead-letters`.
+#[derive(Serialize)]
+struct DeadLetter<'a> {
+    record_type: RecordType,
+    source: &'a str,
+    partition: i32,
+    offset: i64,
+    reason: String,
+    #[serde(serialize_with = "bytes")]
+    payload: &'a [u8],
+}
+
+fn bytes<S: Serializer>(b: &&[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bytes(b)
+}
+
+/// Rebalances reported by the consumer's callbacks, handled by the loop.
+#[derive(Default)]
+struct RebalanceLog {
+    revoked: bool,
+    assigned: Vec<(String, i32)>,
+}
+
+struct GroupContext {
+    log: Arc<Mutex<RebalanceLog>>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(_) = rebalance {
+            self.log.lock().expect("rebalance log").revoked = true;
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let mut log = self.log.lock().expect("rebalance log");
+            log.assigned.extend(tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())));
+        }
+    }
+}
+
+/// The changelog reader waits for the end of its partition, which librdkafka also
+/// reports as an error; only real errors are worth a log line.
+struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            warn!(%error, reason, "changelog reader error");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
+
+pub struct Runner<S: Service> {
+    service: S,
+    settings: Settings,
+    codec: Codec,
+    metrics: Arc<Metrics>,
+    consumer: BaseConsumer<GroupContext>,
+    producer: BaseProducer,
+    rebalances: Arc<Mutex<RebalanceLog>>,
+    inputs: Vec<Input>,
+    watermarked: Vec<Topic>,
+    changelog: String,
+    partitions: i32,
+    clocks: Vec<Option<SourceClock>>,
+    upstream: Vec<Option<UpstreamWatermarks>>,
+    tasks: BTreeMap<i32, Task<S::Op>>,
+    /// Next offset to read per input partition, and as of the last commit.
+    positions: HashMap<(String, i32), i64>,
+    committed: HashMap<(String, i32), i64>,
+    /// When each assigned source partition last delivered anything, for idleness.
+    last_heard: HashMap<(usize, i32), Instant>,
+    idle_after: Duration,
+    in_transaction: bool,
+    dirty: bool,
+    last_commit: Instant,
+    scratch: Vec<<S::Op as Operator>::Out>,
+}
+
+impl<S: Service> Runner<S> {
+    pub fn new(service: S, settings: Settings, metrics: Arc<Metrics>) -> Result<Self> {
+        let codec = Codec::new(&settings.registry_url)?;
+        let rebalances = Arc::new(Mutex::new(RebalanceLog::default()));
+        let consumer: BaseConsumer<GroupContext> = ClientConfig::new()
+            .set("bootstrap.servers", &settings.bootstrap_servers)
+            .set("group.id", &settings.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .set("partition.assignment.strategy", "range")
+            .create_with_context(GroupContext { log: rebalances.clone() })
+            .context("cannot create the Kafka consumer")?;
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &settings.bootstrap_servers)
+            .set("transactional.id", &settings.transactional_id)
+            .set("enable.idempotence", "true")
+            // Same partition for the same key as Kafka's Java clients and the embedded runtime.
+            .set("partitioner", "murmur2_random")
+            .set("transaction.timeout.ms", "10000")
+            .set("linger.ms", "5")
+            .create()
+            .context("cannot create the Kafka producer")?;
+        let partitions = settings.config.runtime.partitions as i32;
+        let inputs = service.inputs(&settings.config);
+        let mut topic_names: Vec<String> = inputs.iter().map(|i| i.topic.name.to_string()).collect();
+        topic_names.extend(service.outputs().iter().map(|t| t.name.to_string()));
+        topic_names.push(DEAD_LETTERS.name.to_string());
+        topic_names.push(topics::changelog(service.name()));
+        topics::check(&consumer, &topic_names, partitions as u32)?;
+        let idle_after = Duration::from_millis(settings.config.runtime.idle_timeout_ms);
+        let clocks = inputs
+            .iter()
+            .map(|i| match i.kind {
+                InputKind::Source { bound_ms } => Some(SourceClock::new(partitions as u32, bound_ms, Idleness::Marked)),
+                InputKind::Upstream => None,
+            })
+            .collect();
+        // Every upstream task writes every partition; there is one per partition.
+        let upstream = inputs
+            .iter()
+            .map(|i| {
+                matches!(i.kind, InputKind::Upstream)
+                    .then(|| UpstreamWatermarks::new(partitions as u32, partitions as u32))
+            })
+            .collect();
+        Ok(Runner {
+            watermarked: service.watermarked(),
+            changelog: topics::changelog(service.name()),
+            service,
+            settings,
+            codec,
+            metrics,
+            consumer,
+            producer,
+            rebalances,
+            inputs,
+            partitions,
+            clocks,
+            upstream,
+            tasks: BTreeMap::new(),
+            positions: HashMap::new(),
+            committed: HashMap::new(),
+            last_heard: HashMap::new(),
+            idle_after,
+            in_transaction: false,
+            dirty: false,
+            last_commit: Instant::now(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Runs until `shutdown` is set, then commits what is done and leaves the group.
+    pub fn run(mut self, shutdown: &AtomicBool) -> Result<()> {
+        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        let topics: Vec<&str> = self.inputs.iter().map(|i| i.topic.name).collect();
+        match self.service.parallelism() {
+            Parallelism::PerPartition => self.consumer.subscribe(&topics).context("cannot subscribe")?,
+            Parallelism::Global => {
+                let mut tpl = TopicPartitionList::new();
+                for topic in &topics {
+                    for p in 0..self.partitions {
+                        tpl.add_partition(topic, p);
+                    }
+                }
+                self.consumer.assign(&tpl).context("cannot assign the input partitions")?;
+                let all: Vec<(String, i32)> =
+                    tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+                self.take_partitions(&all)?;
+            }
+        }
+        info!(service = self.service.name(), transactional_id = %self.settings.transactional_id, "running");
+        while !shutdown.load(Ordering::SeqCst) {
+            self.metrics.beat();
+            self.handle_rebalance()?;
+            self.mark_idle_partitions()?;
+            match self.consumer.poll(Duration::from_millis(100)) {
+                // Detached (copied) so the loop can change its own state while handling it.
+                Some(Ok(message)) => {
+                    let message = message.detach();
+                    self.on_message(&message)?
+                }
+                Some(Err(e)) => warn!(error = %e, "consumer error"),
+                None => {}
+            }
+            if self.dirty && self.last_commit.elapsed() >= self.settings.commit_interval {
+                self.commit()?;
+            }
+        }
+        if self.dirty {
+            self.commit()?;
+        }
+        if self.in_transaction {
+            let _ = self.producer.abort_transaction(IO_TIMEOUT);
+        }
+        self.consumer.unsubscribe();
+        info!(service = self.service.name(), "stopped cleanly");
+        Ok(())
+    }
+
+    fn task_of(&self, partition: i32) -> i32 {
+        match self.service.parallelism() {
+            Parallelism::PerPartition => partition,
+            Parallelism::Global => 0,
+        }
+    }
+
+    /// The input partitions a task reads, as (input index, partition).
+    fn partitions_of(&self, task: i32) -> Vec<(usize, i32)> {
+        let ps: Vec<i32> = match self.service.parallelism() {
+            Parallelism::PerPartition => vec![task],
+            Parallelism::Global => (0..self.partitions).collect(),
+        };
+        (0..self.inputs.len()).flat_map(|i| ps.iter().map(move |&p| (i, p))).collect()
+    }
+
+    fn handle_rebalance(&mut self) -> Result<()> {
+        let (revoked, assigned) = {
+            let mut log = self.rebalances.lock().expect("rebalance log");
+            (std::mem::take(&mut log.revoked), std::mem::take(&mut log.assigned))
+        };
+        if revoked {
+            // Eager rebalancing takes every partition away; uncommitted work is redone
+            // by whoever gets the partitions, from the last commit.
+            if self.dirty {
+                self.abort("partitions revoked")?;
+            }
+            self.tasks.clear();
+            self.positions.clear();
+            self.committed.clear();
+            self.last_heard.clear();
+            self.metrics.tasks.set(0);
+        }
+        if !assigned.is_empty() {
+            self.take_partitions(&assigned)?;
+        }
+        Ok(())
+    }
+
+    /// Restores the tasks of newly assigned partitions and learns where to read from.
+    fn take_partitions(&mut self, assigned: &[(String, i32)]) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, p) in assigned {
+            tpl.add_partition(topic, *p);
+        }
+        let committed =
+            self.consumer.committed_offsets(tpl, IO_TIMEOUT).context("cannot read the committed offsets")?;
+        for (topic, p) in assigned {
+            if let Some(i) = self.inputs.iter().position(|i| i.topic.name == topic) {
+                if self.clocks[i].is_some() {
+                    self.last_heard.insert((i, *p), Instant::now());
+                }
+            }
+        }
+        for e in committed.elements() {
+            let key = (e.topic().to_string(), e.partition());
+            if let Offset::Offset(o) = e.offset() {
+                self.committed.insert(key.clone(), o);
+                self.positions.insert(key, o);
+            }
+        }
+        let mut new_tasks: Vec<i32> = assigned.iter().map(|(_, p)| self.task_of(*p)).collect();
+        new_tasks.sort();
+        new_tasks.dedup();
+        for id in new_tasks {
+            if self.tasks.contains_key(&id) {
+                continue;
+            }
+            let snapshot = self.read_changelog(id)?;
+            let mut task = Task {
+                operator: self.service.operator(&self.settings.config),
+                input_watermark: NO_WATERMARK,
+                sent_watermark: NO_WATERMARK,
+                committed: snapshot.clone(),
+                touched: false,
+            };
+            if let Some(bytes) = &snapshot {
+                self.apply_snapshot(&mut task, bytes)?;
+            }
+            info!(task = id, restored = snapshot.is_some(), watermark = task.input_watermark, "task ready");
+            self.tasks.insert(id, task);
+        }
+        self.metrics.tasks.set(self.tasks.len() as i64);
+        Ok(())
+    }
+
+    /// The task's last committed snapshot, read with read_committed up to the end of
+    /// its changelog partition.
+    fn read_changelog(&self, task: i32) -> Result<Option<Vec<u8>>> {
+        let reader: BaseConsumer<QuietEof> = ClientConfig::new()
+            .set("bootstrap.servers", &self.settings.bootstrap_servers)
+            .set("group.id", format!("{}-restore", self.settings.group_id))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .create_with_context(QuietEof)
+            .context("cannot create the changelog reader")?;
+        let partition = task % self.partitions;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.changelog, partition, Offset::Beginning)?;
+        reader.assign(&tpl)?;
+        let key = task.to_string();
+        let mut latest = None;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if Instant::now() > deadline {
+                bail!(
+                    "restoring task {task} from `{}` took over two minutes; is a transaction stuck open?",
+                    self.changelog
+                );
+            }
+            match reader.poll(Duration::from_millis(500)) {
+                Some(Ok(m)) => {
+                    self.metrics.restored_records.inc();
+                    if m.key() == Some(key.as_bytes()) {
+                        latest = m.payload().map(<[u8]>::to_vec);
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
+                Some(Err(e)) => return Err(anyhow!(e).context(format!("cannot read `{}`", self.changelog))),
+                None => {}
+            }
+        }
+    }
+
+    fn apply_snapshot(&mut self, task: &mut Task<S::Op>, bytes: &[u8]) -> Result<()> {
+        let s: TaskSnapshot = decode(bytes)?;
+        task.operator.restore(&s.operator)?;
+        task.input_watermark = s.input_watermark;
+        task.sent_watermark = s.sent_watermark;
+        for (input, p, progress) in s.sources {
+            if let Some(Some(clock)) = self.clocks.get_mut(input) {
+                clock.restore(p as usize, progress);
+            }
+        }
+        for (input, p, writers) in s.upstream {
+            if let Some(Some(u)) = self.upstream.get_mut(input) {
+                u.restore_partition(p as usize, writers);
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self, id: i32, task: &Task<S::Op>) -> Vec<u8> {
+        let mut s = TaskSnapshot {
+            operator: task.operator.snapshot(),
+            input_watermark: task.input_watermark,
+            sent_watermark: task.sent_watermark,
+            sources: Vec::new(),
+            upstream: Vec::new(),
+        };
+        for (i, p) in self.partitions_of(id) {
+            if let Some(clock) = &self.clocks[i] {
+                s.sources.push((i, p, clock.progress(p as usize)));
+            }
+            if let Some(u) = &self.upstream[i] {
+                s.upstream.push((i, p, u.partition(p as usize)));
+            }
+        }
+        encode(&s)
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        if !self.in_transaction {
+            self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
+            self.in_transaction = true;
+        }
+        Ok(())
+    }
+
+    fn on_message(&mut self, message: &OwnedMessage) -> Result<()> {
+        self.begin()?;
+        let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
+        let Some(input) = self.inputs.iter().position(|i| i.topic.name == topic) else { return Ok(()) };
+        self.positions.insert((topic.clone(), p), offset + 1);
+        self.dirty = true;
+        if let Some(heard) = self.last_heard.get_mut(&(input, p)) {
+            *heard = Instant::now();
+        }
+        let id = self.task_of(p);
+        if !self.tasks.contains_key(&id) {
+            bail!("a record arrived for partition {p} of `{topic}` before its task was restored");
+        }
+        if let Some(marker) = markers::read(message) {
+            self.on_marker(input, p, marker);
+        } else {
+            self.metrics.records_in.with_label_values(&[&topic]).inc();
+            let payload = message.payload().unwrap_or_default();
+            match self.service.decode(&self.codec, self.inputs[input].topic, payload) {
+                Ok(record) => {
+                    let ts = self.service.event_ts(&record);
+                    let task = self.tasks.get_mut(&id).expect("checked above");
+                    task.operator.on_record(record, &mut self.scratch);
+                    task.touched = true;
+                    if let Some(clock) = &mut self.clocks[input] {
+                        clock.observe(p as usize, ts);
+                    }
+                    self.emit_scratch()?;
+                }
+                Err(CodecError::Decode(reason)) => self.dead_letter(&topic, p, offset, reason, payload)?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.advance_watermarks()
+    }
+
+    fn on_marker(&mut self, input: usize, p: i32, marker: Marker) {
+        match (&mut self.clocks[input], &mut self.upstream[input], marker.task) {
+            (Some(clock), _, None) if marker.watermark == Millis::MAX => clock.finish_partition(p as usize),
+            (_, Some(u), Some(writer)) => u.update(p as usize, writer, marker.watermark),
+            _ => warn!(partition = p, ?marker, "ignoring a watermark marker this input does not expect"),
+        }
+    }
+
+    /// A source partition silent for `idle_timeout_ms` on the wall clock stops holding
+    /// its readers back (its next record wakes it).
+    fn mark_idle_partitions(&mut self) -> Result<()> {
+        let mut changed = false;
+        for (&(input, p), heard) in &self.last_heard {
+            if heard.elapsed() >= self.idle_after {
+                if let Some(clock) = &mut self.clocks[input] {
+                    clock.mark_idle(p as usize, true);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.advance_watermarks()?;
+        }
+        Ok(())
+    }
+
+    /// Gives every task the watermark of its input partitions, if it moved.
+    fn advance_watermarks(&mut self) -> Result<()> {
+        let ids: Vec<i32> = self.tasks.keys().copied().collect();
+        let mut lowest = Millis::MAX;
+        for id in ids {
+            let watermark = self
+                .partitions_of(id)
+                .into_iter()
+                .map(|(i, p)| match (&self.clocks[i], &self.upstream[i]) {
+                    (Some(clock), _) => clock.watermarks().nth(p as usize).unwrap_or(NO_WATERMARK),
+                    (_, Some(u)) => u.watermark(p as usize),
+                    _ => NO_WATERMARK,
+                })
+                .min()
+                .unwrap_or(NO_WATERMARK);
+            let task = self.tasks.get_mut(&id).expect("a listed task");
+            if watermark > task.input_watermark {
+                task.input_watermark = watermark;
+                task.operator.on_watermark(watermark, &mut self.scratch);
+                task.touched = true;
+                self.dirty = true;
+                self.begin()?;
+                self.emit_scratch()?;
+            }
+            lowest = lowest.min(self.tasks[&id].input_watermark);
+        }
+        self.metrics.watermark_ms.set(lowest.clamp(0, i64::MAX >> 1));
+        Ok(())
+    }
+
+    fn emit_scratch(&mut self) -> Result<()> {
+        for output in std::mem::take(&mut self.scratch) {
+            if self.service.is_late(&output) {
+                self.metrics.late_records.inc();
+            }
+            let out = self.service.encode(&self.codec, output)?;
+            self.metrics.records_out.with_label_values(&[out.topic.name]).inc();
+            self.send(BaseRecord::to(out.topic.name).key(out.key.as_str()).payload(out.value.as_slice()))?;
+        }
+        Ok(())
+    }
+
+    fn dead_letter(&mut self, topic: &str, partition: i32, offset: i64, reason: String, payload: &[u8]) -> Result<()> {
+        warn!(topic, partition, offset, %reason, "dead letter");
+        self.metrics.dead_letters.inc();
+        let letter =
+            DeadLetter { record_type: RecordType::DeadLetter, source: topic, partition, offset, reason, payload };
+        let value = self.codec.encode(DEAD_LETTERS, &letter)?;
+        self.metrics.records_out.with_label_values(&[DEAD_LETTERS.name]).inc();
+        self.send(BaseRecord::to(DEAD_LETTERS.name).key(topic).payload(&value))
+    }
+
+    fn send(&self, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
+        let mut record = record;
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(anyhow!(e).context("cannot produce")),
+            }
+        }
+    }
+
+    /// Commits everything since the last commit in one transaction.
+    fn commit(&mut self) -> Result<()> {
+        self.begin()?;
+        let ids: Vec<i32> = self.tasks.keys().copied().collect();
+        let mut snapshots = Vec::new();
+        for id in ids {
+            let out_watermark = self.tasks[&id].operator.output_watermark();
+            if out_watermark > self.tasks[&id].sent_watermark {
+                let headers = || markers::headers(Marker { task: Some(id as u32), watermark: out_watermark });
+                for topic in &self.watermarked {
+                    for q in 0..self.partitions {
+                        self.send(BaseRecord::to(topic.name).partition(q).headers(headers()))?;
+                    }
+                }
+                self.tasks.get_mut(&id).expect("a listed task").sent_watermark = out_watermark;
+            }
+            if self.tasks[&id].touched {
+                let bytes = self.snapshot(id, &self.tasks[&id]);
+                let key = id.to_string();
+                let record = BaseRecord::to(&self.changelog).partition(id % self.partitions).key(key.as_str());
+                self.send(record.payload(bytes.as_slice()))?;
+                snapshots.push((id, bytes));
+            }
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((topic, p), next) in &self.positions {
+            offsets.add_partition_offset(topic, *p, Offset::Offset(*next))?;
+        }
+        let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
+        let result = self
+            .producer
+            .send_offsets_to_transaction(&offsets, &group, IO_TIMEOUT)
+            .and_then(|()| self.producer.commit_transaction(IO_TIMEOUT));
+        self.in_transaction = false;
+        match result {
+            Ok(()) => {
+                self.metrics.commits.inc();
+                self.committed = self.positions.clone();
+                for (id, bytes) in snapshots {
+                    let task = self.tasks.get_mut(&id).expect("a listed task");
+                    task.committed = Some(bytes);
+                    task.touched = false;
+                }
+                self.dirty = false;
+                self.last_commit = Instant::now();
+                Ok(())
+            }
+            Err(KafkaError::Transaction(t)) if t.is_fatal() => Err(self.fatal(KafkaError::Transaction(t))),
+            Err(e) => {
+                warn!(error = %e, "commit failed; aborting and redoing the work since the last commit");
+                self.in_transaction = true;
+                self.abort("commit failed")
+            }
+        }
+    }
+
+    /// Aborts the open transaction and puts every task and input back to the last
+    /// commit.
+    fn abort(&mut self, why: &str) -> Result<()> {
+        if self.in_transaction {
+            self.producer.abort_transaction(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+            self.in_transaction = false;
+        }
+        self.metrics.aborts.inc();
+        let ids: Vec<i32> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let mut task = self.tasks.remove(&id).expect("a listed task");
+            task.operator = self.service.operator(&self.settings.config);
+            task.input_watermark = NO_WATERMARK;
+            task.sent_watermark = NO_WATERMARK;
+            task.touched = false;
+            if let Some(bytes) = task.committed.clone() {
+                self.apply_snapshot(&mut task, &bytes)?;
+            }
+            self.tasks.insert(id, task);
+        }
+        for ((topic, p), next) in &self.committed {
+            self.consumer.seek(topic, *p, Offset::Offset(*next), IO_TIMEOUT)?;
+        }
+        for (topic, p) in self.positions.keys().cloned().collect::<Vec<_>>() {
+            if !self.committed.contains_key(&(topic.clone(), p)) {
+                self.consumer.seek(&topic, p, Offset::Beginning, IO_TIMEOUT)?;
+            }
+        }
+        self.positions = self.committed.clone();
+        self.dirty = false;
+        info!(why, "rewound to the last commit");
+        Ok(())
+    }
+
+    /// A fenced or otherwise fatal producer cannot go on: another instance with the
+    /// same transactional id has taken over.
+    fn fatal(&self, e: KafkaError) -> anyhow::Error {
+        match &e {
+            KafkaError::Transaction(t) if t.is_fatal() => anyhow!(
+                "the transactional producer `{}` was fenced or failed fatally ({e}); another instance with the \
+                 same transactional id has taken over, so this one stops",
+                self.settings.transactional_id
+            ),
+            _ => anyhow!(e),
+        }
+    }
+}
