@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every check and test Vigil has, from a fresh clone: formatting, lints, and
-# the unit, harness, end-to-end and command-line tests of the whole workspace.
+# Runs every check and test Vigil has, from a fresh clone: formatting, lints, the
+# unit, harness, end-to-end and command-line tests, and the Kafka tests against a
+# real Apache Kafka broker (KRaft) and schema registry that this script fetches
+# (once, into .cache/) and starts on loopback, and stops again at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,5 +10,17 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --workspace --locked
+echo "== build"
+cargo build --workspace --bins --locked
+
+echo "== local Kafka and schema registry"
+export VIGIL_STACK_STATE="$PWD/.cache/test-stack"
+trap 'scripts/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
+scripts/local-stack.sh start
+set -a
+# shellcheck disable=SC1091
+. "$VIGIL_STACK_STATE/env"
+set +a
+
+echo "== cargo test (the Kafka tests included)"
+cargo test --workspace --locked -- --include-ignored --test-threads 1

@@ -84,8 +84,10 @@ impl Codec {
     /// The Avro value in a payload, whatever its schema.
     pub fn decode_value(&self, payload: &[u8]) -> Result<Value, CodecError> {
         let decoded = self.decoder.decode(Some(payload)).map_err(|e| {
-            // A registry that is down is not the record's fault.
-            if e.retriable {
+            // A registry that is down is not the record's fault; a schema id it does
+            // not know (404, reported as retriable) is.
+            let unknown_schema = e.error.contains("404");
+            if e.retriable && !unknown_schema {
                 CodecError::Registry { url: self.url.clone(), reason: e.to_string() }
             } else {
                 CodecError::Decode(format!("not an Avro value in the Confluent wire format: {}", e.error))

@@ -1,0 +1,345 @@
+//! The six services as separate OS processes on a real Kafka broker and schema
+//! registry (started by `scripts/test.sh`, which exports VIGIL_BOOTSTRAP_SERVERS and
+//! VIGIL_SCHEMA_REGISTRY_URL). Ignored by a plain `cargo test`; the README's test
+//! command runs them. Each test resets every topic, so they run one at a time.
+//!
+//! The reference is the embedded runtime on the same input: the services must
+//! produce exactly its records (as multisets: none lost, none doubled).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use vigil_datagen::Dataset;
+use vigil_kafka::codec::Codec;
+use vigil_kafka::produce::InputProducer;
+use vigil_kafka::topics::{self, ORDERS};
+use vigil_model::{Config, Order, Payment, Source};
+use vigil_pipeline::ingest::MergedInput;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const SERVICES: [&str; 6] = topics::SERVICES;
+/// Topics whose records the embedded runtime also prints (dead letters differ in
+/// shape: file lines there, topic/partition/offset here, so they are counted apart).
+const OUTPUTS: [&str; 8] = [
+    "enriched-payments",
+    "payment-metrics",
+    "device-metrics",
+    "payment-anomalies",
+    "device-anomalies",
+    "device-events-late",
+    "enriched-payments-late",
+    "health-alerts",
+];
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the Kafka tests through scripts/test.sh"))
+}
+
+/// The workspace's binaries, next to this test's own executable.
+fn binary(name: &str) -> std::path::PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let path = deps.parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+struct Stack {
+    bootstrap: String,
+    registry: String,
+    run: String,
+}
+
+impl Stack {
+    /// Every topic deleted and provisioned again; a fresh run id for groups.
+    fn fresh() -> Stack {
+        let stack = Stack {
+            bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
+            registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
+            run: format!("{}-{}", std::process::id(), Instant::now().elapsed().as_nanos() % 1_000_000),
+        };
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+        let names: Vec<String> = topics::all_topic_names().into_iter().map(|(n, _)| n).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while names.iter().any(|n| topics::partition_count(&consumer, n).unwrap_or(0) > 0) {
+            assert!(Instant::now() < deadline, "topics were not deleted");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
+        assert!(status.success(), "vigil-admin provision failed");
+        stack
+    }
+
+    fn command(&self, name: &str) -> Command {
+        let mut cmd = Command::new(binary(name));
+        cmd.env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
+            .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
+            .env("RUST_LOG", "info,rdkafka=warn");
+        cmd
+    }
+
+    fn admin(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command("vigil-admin");
+        cmd.args(args);
+        cmd
+    }
+
+    /// One service instance, logging to a file under the target folder.
+    fn spawn(&self, service: &str, instance: &str) -> Child {
+        let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let log = std::fs::File::create(log_dir.join(format!("{service}-{instance}.log"))).unwrap();
+        self.command(&format!("vigil-{service}"))
+            .env("VIGIL_GROUP_ID", format!("vigil-{service}-{}", self.run))
+            .env("VIGIL_INSTANCE", instance)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn spawn_all(&self) -> Vec<(String, Child)> {
+        SERVICES.iter().map(|s| (s.to_string(), self.spawn(s, "0"))).collect()
+    }
+
+    fn generator(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command("vigil-generator");
+        cmd.arg("--kafka").args(args);
+        cmd
+    }
+
+    /// What the output topics hold now, as sorted tagged lines, and the dead letters.
+    fn outputs(&self) -> (Vec<String>, Vec<String>) {
+        let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
+        args.extend(OUTPUTS);
+        let out = self.admin(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (dead, mut lines): (Vec<String>, Vec<String>) =
+            text.lines().map(str::to_string).partition(|l| l.starts_with("DEAD_LETTER>"));
+        lines.sort();
+        (lines, dead)
+    }
+
+    /// Waits until the outputs equal `expected` (or the time is up) and returns them.
+    fn wait_for(&self, expected: &[String], within: Duration) -> (Vec<String>, Vec<String>) {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.outputs();
+            if got.0 == expected || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
+    fn producer(&self) -> InputProducer {
+        InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
+    }
+}
+
+/// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
+fn reference(dataset: Dataset) -> Vec<String> {
+    let mut lines = Vec::new();
+    vigil_pipeline::run(
+        &Config::default(),
+        MergedInput::from_dataset(dataset),
+        |o| {
+            if o.kind().tag() != "DEAD_LETTER" {
+                lines.push(format!("{}> {}", o.kind().tag(), o.to_json()));
+            }
+            Ok(())
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    lines.sort();
+    lines
+}
+
+fn stop(children: Vec<(String, Child)>) {
+    for (_, mut c) in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+fn assert_same(got: &[String], expected: &[String]) {
+    if got != expected {
+        let missing: Vec<&String> = expected.iter().filter(|l| !got.contains(l)).take(5).collect();
+        let extra: Vec<&String> = got.iter().filter(|l| !expected.contains(l)).take(5).collect();
+        panic!(
+            "Kafka output differs from the embedded runtime: {} records vs {} expected\nmissing: {missing:#?}\nextra: {extra:#?}",
+            got.len(),
+            expected.len()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh();
+    let services = stack.spawn_all();
+    assert!(stack.generator(&["--scale", "1"]).status().unwrap().success());
+    let expected = reference(Dataset::planted(1, 7));
+    let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
+    stop(services);
+    assert_same(&got, &expected);
+    assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
+    for line in [
+        r#"ANOMALY> {"record_type": "anomaly", "anomaly_type": "amount", "customer_id": "cust-001", "payment_id": "pay-9003", "order_id": "order-9003", "amount": 9800.0, "threshold": 130.87, "event_time": "2023-11-14T22:13:48.057000+00:00"}"#,
+        r#"LATE_EVENT> {"record_type": "device_event", "device_id": "dev-101", "site_id": "site-a", "event_type": "heartbeat", "status": "ok", "event_ts_ms": 1700000003507, "watermark_ms": 1700000039650, "lag_ms": 36143}"#,
+    ] {
+        assert!(got.iter().any(|l| l == line), "missing {line}");
+    }
+}
+
+/// A payment of 50 000 for cust-001 after the dataset: its threshold comes from
+/// cust-001's history, which lives only in restored state if a crash came between.
+fn late_whale(after_ms: i64) -> (String, String) {
+    let order = Order {
+        order_id: "order-whale".into(),
+        customer_id: "cust-001".into(),
+        order_amount: 50_000.0,
+        order_ts: after_ms,
+        country: "US".into(),
+    };
+    let payment = Payment {
+        payment_id: "pay-whale".into(),
+        order_id: "order-whale".into(),
+        paid_amount: 50_000.0,
+        payment_ts: after_ms + 500,
+        method: "card".into(),
+    };
+    (serde_json::to_string(&order).unwrap(), serde_json::to_string(&payment).unwrap())
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh();
+    let mut services = stack.spawn_all();
+    let scale = 40;
+    let mut generator =
+        stack.generator(&["--scale", &scale.to_string(), "--no-finish", "--rate", "12000"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
+    for (name, child) in services.iter_mut().filter(|(n, _)| stateful.contains(&n.as_str())) {
+        child.kill().unwrap(); // SIGKILL: no commit, no goodbye
+        child.wait().unwrap();
+        eprintln!("killed {name} mid-stream");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    for (name, child) in services.iter_mut().filter(|(n, _)| stateful.contains(&n.as_str())) {
+        *child = stack.spawn(name, "0");
+    }
+    assert!(generator.wait().unwrap().success());
+
+    let end_ms = vigil_datagen::PLANTED_START_MS + 45_000 + scale as i64 * 25_000 + 10_000;
+    let (order, payment) = late_whale(end_ms);
+    let producer = stack.producer();
+    producer.send_line(Source::Orders, &order).unwrap();
+    producer.send_line(Source::Payments, &payment).unwrap();
+    producer.finish().unwrap();
+    producer.flush().unwrap();
+
+    let mut dataset = Dataset::planted(scale, 7);
+    dataset.orders.push(order);
+    dataset.payments.push(payment);
+    let expected = reference(dataset);
+    let (got, _) = stack.wait_for(&expected, Duration::from_secs(120));
+    stop(services);
+    assert_same(&got, &expected);
+    let whale =
+        got.iter().find(|l| l.contains("pay-whale") && l.starts_with("ANOMALY>")).expect("the whale is flagged");
+    assert!(!whale.contains(r#""threshold": 5000.0"#), "the threshold comes from restored history: {whale}");
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh();
+    let mut services = stack.spawn_all();
+    let second = stack.spawn("device-analytics", "1");
+    let second_join = stack.spawn("join-enrich", "1");
+    std::thread::sleep(Duration::from_secs(4));
+    let mut generator = stack.generator(&["--scale", "40", "--rate", "12000"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    sigterm(&second);
+    sigterm(&second_join);
+    assert!(generator.wait().unwrap().success());
+    let expected = reference(Dataset::planted(40, 7));
+    let (got, _) = stack.wait_for(&expected, Duration::from_secs(120));
+    services.push(("device-analytics-1".into(), second));
+    services.push(("join-enrich-1".into(), second_join));
+    stop(services);
+    assert_same(&got, &expected);
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh();
+    let router = stack.spawn("device-router", "0");
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+    let codec = Codec::new(&stack.registry).unwrap();
+    let order = Order {
+        order_id: "o".into(),
+        customer_id: "c".into(),
+        order_amount: 1.0,
+        order_ts: 1_700_000_000_000,
+        country: "US".into(),
+    };
+    let wrong_schema = codec.encode(ORDERS, &order).unwrap();
+    producer.send(BaseRecord::<str, [u8]>::to("device-events").key("site-a").payload(b"\x00garbage")).unwrap();
+    producer.send(BaseRecord::<str, [u8]>::to("device-events").key("site-a").payload(&wrong_schema)).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let valid =
+        r#"{"device_id":"dev-1","site_id":"site-a","event_type":"heartbeat","status":"ok","event_ts":1700000000000}"#;
+    let inputs = stack.producer();
+    inputs.send_line(Source::Devices, valid).unwrap();
+    inputs.flush().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (dead, ontime) = loop {
+        let out =
+            stack.admin(&["tail", "--idle-exit-secs", "3", "dead-letters", "device-events-ontime"]).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let dead: Vec<String> = text.lines().filter(|l| l.starts_with("DEAD_LETTER>")).map(String::from).collect();
+        let ontime: Vec<String> = text.lines().filter(|l| l.contains("dev-1")).map(String::from).collect();
+        if (dead.len() >= 2 && !ontime.is_empty()) || Instant::now() > deadline {
+            break (dead, ontime);
+        }
+    };
+    stop(vec![("device-router".into(), router)]);
+    assert_eq!(dead.len(), 2, "{dead:#?}");
+    assert!(dead.iter().all(|d| d.contains(r#""source": "device-events""#)));
+    assert!(dead.iter().any(|d| d.contains("not an Avro value")), "{dead:#?}");
+    assert!(dead.iter().any(|d| d.contains("wrong shape")), "{dead:#?}");
+    assert_eq!(ontime.len(), 1, "the valid event after them is processed");
+}
