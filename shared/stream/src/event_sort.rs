@@ -36,11 +36,6 @@ impl<K: Ord + Clone, T> EventTimeBuffer<K, T> {
         self.items.pop_first().map(|((ts, _, _), item)| (ts, item))
     }
 
-    /// The earliest buffered event time, if any.
-    pub fn earliest(&self) -> Option<Millis> {
-        self.items.first_key_value().map(|((ts, _, _), _)| *ts)
-    }
-
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -64,7 +59,6 @@ mod tests {
         assert_eq!(b.pop_before(11), Some((10, 'a')));
         assert_eq!(b.pop_before(11), Some((10, 'b')));
         assert_eq!(b.pop_before(11), None);
-        assert_eq!(b.earliest(), Some(30));
         assert_eq!(b.pop_before(Millis::MAX), Some((30, 'c')));
         assert!(b.is_empty());
     }

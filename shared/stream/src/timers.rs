@@ -45,10 +45,6 @@ impl<K: Ord + Clone> TimerQueue<K> {
     pub fn is_empty(&self) -> bool {
         self.timers.is_empty()
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = &(Millis, K)> {
-        self.timers.iter()
-    }
 }
 
 #[cfg(test)]

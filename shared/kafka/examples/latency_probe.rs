@@ -1,0 +1,99 @@
+//! End-to-end latency of the Kafka services, for scripts/bench-kafka.sh: reads an
+//! input topic and the output topic it feeds (read_committed, from the end), and for
+//! each output record computes the time from its input record's production (the
+//! input's Kafka timestamp) to the moment the output is readable, i.e. committed.
+//!
+//! cargo run --release -p vigil-kafka --example latency_probe -- SECONDS
+//! (VIGIL_BOOTSTRAP_SERVERS and VIGIL_SCHEMA_REGISTRY_URL from the environment)
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use vigil_kafka::codec::Codec;
+use vigil_kafka::markers;
+use vigil_model::output::EnrichedPayment;
+use vigil_model::{DeviceEvent, Payment};
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let seconds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
+    let bootstrap = std::env::var("VIGIL_BOOTSTRAP_SERVERS").expect("VIGIL_BOOTSTRAP_SERVERS");
+    let codec = Codec::new(&std::env::var("VIGIL_SCHEMA_REGISTRY_URL").expect("VIGIL_SCHEMA_REGISTRY_URL")).unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", format!("vigil-latency-{}", std::process::id()))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "latest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["payments", "enriched-payments", "device-events", "device-events-ontime"]).unwrap();
+    // Input records by id, with the time they were produced.
+    let mut produced: HashMap<String, i64> = HashMap::new();
+    let (mut payments, mut devices) = (Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else { continue };
+        if markers::read(&m).is_some() {
+            continue;
+        }
+        let seen = now_ms();
+        let created = m.timestamp().to_millis().unwrap_or(seen);
+        let payload = m.payload().unwrap_or_default();
+        match m.topic() {
+            "payments" => {
+                if let Ok(p) = codec.decode::<Payment>(payload) {
+                    produced.insert(p.payment_id, created);
+                }
+            }
+            "device-events" => {
+                if let Ok(d) = codec.decode::<DeviceEvent>(payload) {
+                    produced.insert(format!("{}@{}", d.device_id, d.event_ts), created);
+                }
+            }
+            "enriched-payments" => {
+                if let Ok(e) = codec.decode::<EnrichedPayment>(payload) {
+                    // An unmatched payment waits for its join window by design.
+                    if let (false, Some(t)) = (e.unmatched, produced.get(&e.payment_id)) {
+                        payments.push(seen - t);
+                    }
+                }
+            }
+            "device-events-ontime" => {
+                if let Ok(d) = codec.decode::<DeviceEvent>(payload) {
+                    if let Some(t) = produced.get(&format!("{}@{}", d.device_id, d.event_ts)) {
+                        devices.push(seen - t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (name, mut v) in [
+        ("payment -> enriched payment (join-enrich)", payments),
+        ("device event -> on-time event (device-router)", devices),
+    ] {
+        if v.is_empty() {
+            println!("{name}: no samples");
+            continue;
+        }
+        v.sort_unstable();
+        println!(
+            "{name}: {} samples, latency p50 {} ms, p99 {} ms, max {} ms",
+            v.len(),
+            percentile(&v, 0.50),
+            percentile(&v, 0.99),
+            v[v.len() - 1]
+        );
+    }
+}
