@@ -217,6 +217,10 @@ impl<S: Service> Runner<S> {
             .set("auto.offset.reset", "earliest")
             .set("isolation.level", "read_committed")
             .set("partition.assignment.strategy", "range")
+            // Static membership: a restarted instance (same name) takes its partitions
+            // back at once instead of waiting for the dead one's session to expire.
+            .set("group.instance.id", &settings.transactional_id)
+            .set("session.timeout.ms", "10000")
             .create_with_context(GroupContext { log: rebalances.clone() })
             .context("cannot create the Kafka consumer")?;
         let producer: BaseProducer = ClientConfig::new()
@@ -340,6 +344,11 @@ impl<S: Service> Runner<S> {
             Parallelism::Global => (0..self.partitions).collect(),
         };
         (0..self.inputs.len()).flat_map(|i| ps.iter().map(move |&p| (i, p))).collect()
+    }
+
+    fn rebalance_pending(&self) -> bool {
+        let log = self.rebalances.lock().expect("rebalance log");
+        log.revoked || !log.assigned.is_empty()
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
@@ -500,14 +509,21 @@ impl<S: Service> Runner<S> {
         self.begin()?;
         let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
         let Some(input) = self.inputs.iter().position(|i| i.topic.name == topic) else { return Ok(()) };
+        if self.rebalance_pending() {
+            // The rebalance came inside the poll that returned this record: settle the
+            // tasks first (restoring new ones), then read the record again from there.
+            self.handle_rebalance()?;
+            self.consumer.seek(&topic, p, Offset::Offset(offset), IO_TIMEOUT)?;
+            return Ok(());
+        }
+        let id = self.task_of(p);
+        if !self.tasks.contains_key(&id) {
+            bail!("a record arrived for partition {p} of `{topic}`, which this instance was not given");
+        }
         self.positions.insert((topic.clone(), p), offset + 1);
         self.dirty = true;
         if let Some(heard) = self.last_heard.get_mut(&(input, p)) {
             *heard = Instant::now();
-        }
-        let id = self.task_of(p);
-        if !self.tasks.contains_key(&id) {
-            bail!("a record arrived for partition {p} of `{topic}` before its task was restored");
         }
         if let Some(marker) = markers::read(message) {
             self.on_marker(input, p, marker);

@@ -23,6 +23,7 @@ use vigil_model::{Config, Order, Payment, Source};
 use vigil_pipeline::ingest::MergedInput;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 const SERVICES: [&str; 6] = topics::SERVICES;
 /// Topics whose records the embedded runtime also prints (dead letters differ in
@@ -66,7 +67,7 @@ impl Stack {
         let stack = Stack {
             bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
             registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
-            run: format!("{}-{}", std::process::id(), Instant::now().elapsed().as_nanos() % 1_000_000),
+            run: format!("{}-{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)),
         };
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
@@ -99,22 +100,28 @@ impl Stack {
         cmd
     }
 
-    /// One service instance, logging to a file under the target folder.
-    fn spawn(&self, service: &str, instance: &str) -> Child {
+    /// One service instance, logging to a file of its own under the target folder.
+    fn spawn(&self, service: &str, instance: &str) -> Running {
         let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
         std::fs::create_dir_all(&log_dir).unwrap();
-        let log = std::fs::File::create(log_dir.join(format!("{service}-{instance}.log"))).unwrap();
-        self.command(&format!("vigil-{service}"))
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = log_dir.join(format!("{}-{service}-{instance}-{n}.log", self.run));
+        let child = self
+            .command(&format!("vigil-{service}"))
             .env("VIGIL_GROUP_ID", format!("vigil-{service}-{}", self.run))
             .env("VIGIL_INSTANCE", instance)
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .unwrap()
+            .unwrap();
+        Running { name: service.to_string(), child, log }
     }
 
-    fn spawn_all(&self) -> Vec<(String, Child)> {
-        SERVICES.iter().map(|s| (s.to_string(), self.spawn(s, "0"))).collect()
+    /// Every service, each ready (tasks restored, loop running) when this returns.
+    fn spawn_all(&self) -> Vec<Running> {
+        let services: Vec<Running> = SERVICES.iter().map(|s| self.spawn(s, "0")).collect();
+        services.iter().for_each(Running::wait_ready);
+        services
     }
 
     fn generator(&self, args: &[&str]) -> Command {
@@ -172,16 +179,69 @@ fn reference(dataset: Dataset) -> Vec<String> {
     lines
 }
 
-fn stop(children: Vec<(String, Child)>) {
-    for (_, mut c) in children {
-        let _ = c.kill();
-        let _ = c.wait();
+/// A running service process and its log.
+struct Running {
+    name: String,
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Running {
+    fn log_text(&self) -> String {
+        let raw = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Drop the colour codes of the log lines.
+        let mut text = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                chars.by_ref().take_while(|&c| c != 'm').for_each(drop);
+            } else {
+                text.push(c);
+            }
+        }
+        text
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log_text().contains("running service=") {
+            assert!(Instant::now() < deadline, "{} did not start:\n{}", self.name, self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A counter from the service's own /metrics.
+    fn metric(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let text = self.log_text();
+        let addr = text.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).expect("a metrics address");
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        write!(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        conn.read_to_string(&mut body).unwrap();
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    }
+
+    fn sigterm(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
     }
 }
 
-fn sigterm(child: &Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
+/// A failing test must not leave services running into the next one.
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stop(services: Vec<Running>) {
+    drop(services);
 }
 
 fn assert_same(got: &[String], expected: &[String]) {
@@ -244,17 +304,33 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
     let mut services = stack.spawn_all();
     let scale = 40;
     let mut generator =
-        stack.generator(&["--scale", &scale.to_string(), "--no-finish", "--rate", "12000"]).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+        stack.generator(&["--scale", &scale.to_string(), "--no-finish", "--rate", "8000"]).spawn().unwrap();
     let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
-    for (name, child) in services.iter_mut().filter(|(n, _)| stateful.contains(&n.as_str())) {
-        child.kill().unwrap(); // SIGKILL: no commit, no goodbye
-        child.wait().unwrap();
-        eprintln!("killed {name} mid-stream");
+    // Mid-stream: each has committed state and input offsets, and input keeps coming.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while services
+        .iter()
+        .filter(|s| stateful.contains(&s.name.as_str()))
+        .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < 500)
+    {
+        assert!(Instant::now() < deadline, "the services did not get going");
+        std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_secs(1));
-    for (name, child) in services.iter_mut().filter(|(n, _)| stateful.contains(&n.as_str())) {
-        *child = stack.spawn(name, "0");
+    assert!(generator.try_wait().unwrap().is_none(), "the crash must come while input still flows");
+    for s in services.iter_mut().filter(|s| stateful.contains(&s.name.as_str())) {
+        s.child.kill().unwrap(); // SIGKILL: no commit, no goodbye
+        s.child.wait().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for s in services.iter_mut().filter(|s| stateful.contains(&s.name.as_str())) {
+        *s = stack.spawn(&s.name.clone(), "0");
+    }
+    for s in services.iter().filter(|s| stateful.contains(&s.name.as_str())) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !s.log_text().contains("restored=true") {
+            assert!(Instant::now() < deadline, "{} restored no task from its changelog:\n{}", s.name, s.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     assert!(generator.wait().unwrap().success());
 
@@ -284,18 +360,33 @@ fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh();
     let mut services = stack.spawn_all();
-    let second = stack.spawn("device-analytics", "1");
-    let second_join = stack.spawn("join-enrich", "1");
-    std::thread::sleep(Duration::from_secs(4));
-    let mut generator = stack.generator(&["--scale", "40", "--rate", "12000"]).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    sigterm(&second);
-    sigterm(&second_join);
+    let seconds = [stack.spawn("device-analytics", "1"), stack.spawn("join-enrich", "1")];
+    seconds.iter().for_each(Running::wait_ready);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seconds.iter().any(|s| s.metric("vigil_tasks") == 0) {
+        assert!(Instant::now() < deadline, "the second instances got no partitions");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut generator = stack.generator(&["--scale", "40", "--rate", "4000"]).spawn().unwrap();
+    // Stop the second instances once they have done part of the work.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seconds
+        .iter()
+        .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < 100)
+    {
+        assert!(Instant::now() < deadline, "the second instances got no partitions or no input");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(generator.try_wait().unwrap().is_none(), "the stop must come while input still flows");
+    seconds.iter().for_each(Running::sigterm);
     assert!(generator.wait().unwrap().success());
     let expected = reference(Dataset::planted(40, 7));
     let (got, _) = stack.wait_for(&expected, Duration::from_secs(120));
-    services.push(("device-analytics-1".into(), second));
-    services.push(("join-enrich-1".into(), second_join));
+    for mut s in seconds {
+        assert!(s.child.wait().unwrap().success(), "{} stops cleanly on SIGTERM", s.name);
+        assert!(s.log_text().contains("stopped cleanly"));
+        services.push(s);
+    }
     stop(services);
     assert_same(&got, &expected);
 }
@@ -306,6 +397,7 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh();
     let router = stack.spawn("device-router", "0");
+    router.wait_ready();
     let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
     let codec = Codec::new(&stack.registry).unwrap();
     let order = Order {
@@ -336,7 +428,7 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
             break (dead, ontime);
         }
     };
-    stop(vec![("device-router".into(), router)]);
+    stop(vec![router]);
     assert_eq!(dead.len(), 2, "{dead:#?}");
     assert!(dead.iter().all(|d| d.contains(r#""source": "device-events""#)));
     assert!(dead.iter().any(|d| d.contains("not an Avro value")), "{dead:#?}");
