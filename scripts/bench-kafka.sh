@@ -89,6 +89,6 @@ scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand --bootstr
   --create --topic perf-test --partitions 4 --replication-factor 1 >/dev/null
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.ProducerPerformance --topic perf-test \
   --num-records 1000000 --record-size 100 --throughput -1 \
-  --command-property bootstrap.servers="$VIGIL_BOOTSTRAP_SERVERS" --command-property acks=all | tail -n 1
+  --command-property bootstrap.servers="$VIGIL_BOOTSTRAP_SERVERS" acks=all | tail -n 1
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
   --topic perf-test --messages 1000000 --group "perf-$$" | tail -n 2

@@ -84,16 +84,21 @@ impl InputProducer {
     }
 
     fn send(&self, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
-        let mut record = record;
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    self.producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(e).context("cannot produce"),
+        send(&self.producer, record)
+    }
+}
+
+/// Produces a record, waiting for room when the producer's queue is full.
+pub(crate) fn send(producer: &BaseProducer, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
+    let mut record = record;
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(10));
             }
+            Err((e, _)) => return Err(e).context("cannot produce"),
         }
     }
 }

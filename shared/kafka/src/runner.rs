@@ -35,6 +35,7 @@ use vigil_stream::Operator;
 use crate::codec::{Codec, CodecError};
 use crate::markers::{self, Marker, UpstreamWatermarks};
 use crate::observe::Metrics;
+use crate::produce;
 use crate::topics::{self, Topic, DEAD_LETTERS};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -171,7 +172,7 @@ struct QuietEof;
 
 impl ClientContext for QuietEof {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
             warn!(%error, reason, "changelog reader error");
         }
     }
@@ -231,6 +232,8 @@ impl<S: Service> Runner<S> {
             .set("partitioner", "murmur2_random")
             .set("transaction.timeout.ms", "10000")
             .set("linger.ms", "5")
+            .set("compression.type", "lz4")
+            .set("message.max.bytes", "34000000")
             .create()
             .context("cannot create the Kafka producer")?;
         let partitions = settings.config.runtime.partitions as i32;
@@ -627,17 +630,7 @@ impl<S: Service> Runner<S> {
     }
 
     fn send(&self, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
-        let mut record = record;
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    self.producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(anyhow!(e).context("cannot produce")),
-            }
-        }
+        produce::send(&self.producer, record)
     }
 
     /// Commits everything since the last commit in one transaction.

@@ -58,6 +58,10 @@ pub const DATA_TOPICS: [Topic; 13] = [
 pub const SERVICES: [&str; 6] =
     ["join-enrich", "payment-metrics", "payment-anomalies", "device-router", "device-analytics", "health-monitor"];
 
+/// The largest task snapshot a changelog takes (Kafka's default is 1 MB; a join
+/// buffering a burst, or a global task whose inputs are skewed, can hold more).
+pub const MAX_SNAPSHOT_BYTES: &str = "33554432";
+
 pub fn changelog(service: &str) -> String {
     format!("{service}-changelog")
 }
@@ -112,7 +116,7 @@ pub fn provision(
         .map(|(name, compacted)| {
             let t = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(replication));
             if *compacted {
-                t.set("cleanup.policy", "compact")
+                t.set("cleanup.policy", "compact").set("max.message.bytes", MAX_SNAPSHOT_BYTES)
             } else {
                 t
             }
