@@ -34,6 +34,8 @@ fn main() {
         .set("group.id", format!("vigil-latency-{}", std::process::id()))
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "latest")
+        // See records as soon as they are committed, not up to 500 ms later.
+        .set("fetch.wait.max.ms", "10")
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();

@@ -222,6 +222,9 @@ impl<S: Service> Runner<S> {
             // back at once instead of waiting for the dead one's session to expire.
             .set("group.instance.id", &settings.transactional_id)
             .set("session.timeout.ms", "10000")
+            // The broker answers a fetch as soon as there is data or after this wait;
+            // librdkafka's 500 ms default would dominate end-to-end latency.
+            .set("fetch.wait.max.ms", "20")
             .create_with_context(GroupContext { log: rebalances.clone() })
             .context("cannot create the Kafka consumer")?;
         let producer: BaseProducer = ClientConfig::new()
