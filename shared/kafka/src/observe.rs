@@ -22,8 +22,6 @@ pub struct Metrics {
     pub aborts: IntCounter,
     pub watermark_ms: IntGauge,
     pub tasks: IntGauge,
-    pub paused_partitions: IntGauge,
-    pub snapshot_bytes: IntGauge,
     pub restored_records: IntCounter,
     /// Seconds since the epoch when the processing loop last went round.
     heartbeat: AtomicU64,
@@ -45,11 +43,6 @@ impl Metrics {
             aborts: counter("transaction_aborts_total", "Transactions aborted (work is redone from the last commit)"),
             watermark_ms: gauge("watermark_ms", "Lowest input watermark over this instance's tasks, epoch ms"),
             tasks: gauge("tasks", "Tasks (input partitions) this instance runs"),
-            paused_partitions: gauge(
-                "paused_partitions",
-                "Input partitions paused because they ran ahead of their task",
-            ),
-            snapshot_bytes: gauge("snapshot_bytes_max", "Largest task snapshot written to the changelog since start"),
             restored_records: counter("restored_records_total", "Changelog records read while restoring state"),
             heartbeat: AtomicU64::new(now_secs()),
             registry,
@@ -57,7 +50,7 @@ impl Metrics {
         for c in [&m.late_records, &m.dead_letters, &m.commits, &m.aborts, &m.restored_records] {
             m.registry.register(Box::new(c.clone())).expect("unique metric");
         }
-        for g in [&m.watermark_ms, &m.tasks, &m.paused_partitions, &m.snapshot_bytes] {
+        for g in [&m.watermark_ms, &m.tasks] {
             m.registry.register(Box::new(g.clone())).expect("unique metric");
         }
         for v in [&m.records_in, &m.records_out] {

@@ -10,7 +10,7 @@
 //! task back to its last committed snapshot and rewinds the inputs to the committed
 //! offsets, so nothing is lost or doubled; a fenced producer stops the process.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -200,9 +200,6 @@ pub struct Runner<S: Service> {
     committed: HashMap<(String, i32), i64>,
     /// When each assigned source partition last delivered anything, for idleness.
     last_heard: HashMap<(usize, i32), Instant>,
-    /// Input partitions paused because they ran ahead of their task.
-    paused: HashSet<(usize, i32)>,
-    max_skew_ms: Millis,
     idle_after: Duration,
     in_transaction: bool,
     dirty: bool,
@@ -250,7 +247,6 @@ impl<S: Service> Runner<S> {
         topic_names.push(topics::changelog(service.name()));
         topics::check(&consumer, &topic_names, partitions as u32)?;
         let idle_after = Duration::from_millis(settings.config.runtime.idle_timeout_ms);
-        let max_skew_ms = settings.config.runtime.max_partition_skew_ms as Millis;
         let clocks = inputs
             .iter()
             .map(|i| match i.kind {
@@ -284,8 +280,6 @@ impl<S: Service> Runner<S> {
             positions: HashMap::new(),
             committed: HashMap::new(),
             last_heard: HashMap::new(),
-            paused: HashSet::new(),
-            max_skew_ms,
             idle_after,
             in_transaction: false,
             dirty: false,
@@ -378,7 +372,6 @@ impl<S: Service> Runner<S> {
             self.positions.clear();
             self.committed.clear();
             self.last_heard.clear();
-            self.paused.clear();
             self.metrics.tasks.set(0);
         }
         if !assigned.is_empty() {
@@ -588,15 +581,6 @@ impl<S: Service> Runner<S> {
     }
 
     /// Gives every task the watermark of its input partitions, if it moved.
-    /// The watermark one input partition gives its task.
-    fn partition_watermark(&self, input: usize, partition: i32) -> Millis {
-        match (&self.clocks[input], &self.upstream[input]) {
-            (Some(clock), _) => clock.watermarks().nth(partition as usize).unwrap_or(NO_WATERMARK),
-            (_, Some(u)) => u.watermark(partition as usize),
-            _ => NO_WATERMARK,
-        }
-    }
-
     fn advance_watermarks(&mut self) -> Result<()> {
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         let mut lowest = Millis::MAX;
@@ -604,7 +588,11 @@ impl<S: Service> Runner<S> {
             let watermark = self
                 .partitions_of(id)
                 .into_iter()
-                .map(|(i, p)| self.partition_watermark(i, p))
+                .map(|(i, p)| match (&self.clocks[i], &self.upstream[i]) {
+                    (Some(clock), _) => clock.watermarks().nth(p as usize).unwrap_or(NO_WATERMARK),
+                    (_, Some(u)) => u.watermark(p as usize),
+                    _ => NO_WATERMARK,
+                })
                 .min()
                 .unwrap_or(NO_WATERMARK);
             let task = self.tasks.get_mut(&id).expect("a listed task");
@@ -619,33 +607,6 @@ impl<S: Service> Runner<S> {
             lowest = lowest.min(self.tasks[&id].input_watermark);
         }
         self.metrics.watermark_ms.set(lowest.clamp(0, i64::MAX >> 1));
-        self.align_partitions()
-    }
-
-    /// Pauses an input partition whose watermark runs more than `max_skew` ahead of
-    /// its task's, and resumes it once the others catch up. Otherwise a task whose
-    /// inputs are consumed unevenly (one partition's batch ahead of another's) buffers
-    /// everything in between: join buffers, sort buffers, snapshots grow without bound.
-    fn align_partitions(&mut self) -> Result<()> {
-        let (mut pause, mut resume) = (TopicPartitionList::new(), TopicPartitionList::new());
-        for (&id, task) in &self.tasks {
-            for (i, p) in self.partitions_of(id) {
-                let ahead = runs_ahead(self.partition_watermark(i, p), task.input_watermark, self.max_skew_ms);
-                let name = self.inputs[i].topic.name;
-                if ahead && self.paused.insert((i, p)) {
-                    pause.add_partition(name, p);
-                } else if !ahead && self.paused.remove(&(i, p)) {
-                    resume.add_partition(name, p);
-                }
-            }
-        }
-        if pause.count() > 0 {
-            self.consumer.pause(&pause)?;
-        }
-        if resume.count() > 0 {
-            self.consumer.resume(&resume)?;
-        }
-        self.metrics.paused_partitions.set(self.paused.len() as i64);
         Ok(())
     }
 
@@ -697,11 +658,6 @@ impl<S: Service> Runner<S> {
                 let record = BaseRecord::to(&self.changelog).partition(id % self.partitions).key(key.as_str());
                 self.send(record.payload(bytes.as_slice()))?;
                 snapshots.push((id, bytes));
-            }
-        }
-        if let Some(largest) = snapshots.iter().map(|(_, b)| b.len() as i64).max() {
-            if largest > self.metrics.snapshot_bytes.get() {
-                self.metrics.snapshot_bytes.set(largest);
             }
         }
         let mut offsets = TopicPartitionList::new();
@@ -781,25 +737,5 @@ impl<S: Service> Runner<S> {
             ),
             _ => anyhow!(e),
         }
-    }
-}
-
-/// Whether an input partition at `watermark` runs too far ahead of its task at
-/// `task_watermark` to be read now. Nothing is ahead of a task that has no watermark
-/// yet, and a finished partition has nothing left to hold back.
-fn runs_ahead(watermark: Millis, task_watermark: Millis, max_skew_ms: Millis) -> bool {
-    task_watermark != NO_WATERMARK && watermark != Millis::MAX && watermark > task_watermark.saturating_add(max_skew_ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_partition_is_paused_only_when_it_runs_past_the_skew() {
-        assert!(!runs_ahead(40_000, 10_000, 30_000), "exactly the skew is fine");
-        assert!(runs_ahead(40_001, 10_000, 30_000));
-        assert!(!runs_ahead(90_000, NO_WATERMARK, 30_000), "a task with no watermark yet pauses nobody");
-        assert!(!runs_ahead(Millis::MAX, 10_000, 30_000), "a finished partition is never held");
     }
 }

@@ -92,12 +92,9 @@ pub struct HealthConfig {
 pub struct RuntimeConfig {
     /// Partitions of every keyed topic, as the Kafka topics will have.
     pub partitions: u32,
-    /// An input partition that gets no record for this long (event time in the
-    /// embedded runtime, wall-clock time on Kafka) stops holding the watermark back.
+    /// An input partition that gets no record while its stream advances this far in
+    /// event time stops holding the watermark back.
     pub idle_timeout_ms: u64,
-    /// Kafka: an input partition whose watermark runs this far ahead of its task's is
-    /// paused until the other inputs catch up, so buffered state stays bounded.
-    pub max_partition_skew_ms: u64,
 }
 
 impl Default for JoinConfig {
@@ -149,7 +146,7 @@ impl Default for HealthConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { partitions: 4, idle_timeout_ms: 10_000, max_partition_skew_ms: 30_000 }
+        RuntimeConfig { partitions: 4, idle_timeout_ms: 10_000 }
     }
 }
 
