@@ -134,9 +134,17 @@ pub fn provision(
             Err((name, code)) => return Err(TopicError::Create { topic: name, reason: code.to_string() }),
         }
     }
+    // A new topic shows in the metadata a moment after it is created.
     let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
-    check(consumer, &names, partitions)?;
-    Ok(report)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match check(consumer, &names, partitions) {
+            Err(TopicError::Missing { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other.map(|()| report),
+        }
+    }
 }
 
 /// Fails with a message that says what to do when a topic is missing or has the
