@@ -61,8 +61,7 @@ impl Service for JoinEnrichService {
     }
 
     fn encode(&self, codec: &Codec, e: EnrichedPayment) -> Result<Outgoing, CodecError> {
-        let key = e.customer_id.clone().unwrap_or_else(|| e.order_id.clone());
-        Ok(Outgoing { topic: ENRICHED_PAYMENTS, key, value: codec.encode(ENRICHED_PAYMENTS, &e)? })
+        Ok(Outgoing { topic: ENRICHED_PAYMENTS, key: e.key().to_string(), value: codec.encode(ENRICHED_PAYMENTS, &e)? })
     }
 
     fn is_late(&self, _: &EnrichedPayment) -> bool {

@@ -57,11 +57,7 @@ impl Service for PaymentAnomaliesService {
                 };
                 Outgoing { topic: PAYMENT_ANOMALIES, key, value: codec.encode(PAYMENT_ANOMALIES, &a)? }
             }
-            AnomalyOutput::Late(l) => Outgoing {
-                topic: ENRICHED_PAYMENTS_LATE,
-                key: l.payment.customer_id.clone().unwrap_or_else(|| l.payment.order_id.clone()),
-                value: codec.encode(ENRICHED_PAYMENTS_LATE, &l)?,
-            },
+            AnomalyOutput::Late(l) => Outgoing::late_payment(codec, &l)?,
         })
     }
 

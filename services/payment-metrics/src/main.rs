@@ -55,11 +55,7 @@ impl Service for PaymentMetricsService {
                 key: m.window_start_ms.to_string(),
                 value: codec.encode(PAYMENT_METRICS, &m)?,
             },
-            MetricsOutput::Late(l) => Outgoing {
-                topic: ENRICHED_PAYMENTS_LATE,
-                key: l.payment.customer_id.clone().unwrap_or_else(|| l.payment.order_id.clone()),
-                value: codec.encode(ENRICHED_PAYMENTS_LATE, &l)?,
-            },
+            MetricsOutput::Late(l) => Outgoing::late_payment(codec, &l)?,
         })
     }
 

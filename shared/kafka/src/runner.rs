@@ -25,7 +25,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize, Serializer};
 use tracing::{info, warn};
-use vigil_model::output::RecordType;
+use vigil_model::output::{LatePayment, RecordType};
 use vigil_model::{Config, Millis};
 use vigil_stream::snapshot::{decode, encode, Stateful};
 use vigil_stream::source_clock::{Idleness, Progress, SourceClock};
@@ -36,7 +36,7 @@ use crate::codec::{Codec, CodecError};
 use crate::markers::{self, Marker, UpstreamWatermarks};
 use crate::observe::Metrics;
 use crate::produce;
-use crate::topics::{self, Topic, DEAD_LETTERS};
+use crate::topics::{self, Topic, DEAD_LETTERS, ENRICHED_PAYMENTS_LATE};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -68,6 +68,14 @@ pub struct Outgoing {
     pub topic: Topic,
     pub key: String,
     pub value: Vec<u8>,
+}
+
+impl Outgoing {
+    /// A payment that reached a payment window after it closed, on the late topic.
+    pub fn late_payment(codec: &Codec, late: &LatePayment) -> Result<Self, CodecError> {
+        let value = codec.encode(ENRICHED_PAYMENTS_LATE, late)?;
+        Ok(Outgoing { topic: ENRICHED_PAYMENTS_LATE, key: late.payment.key().to_string(), value })
+    }
 }
 
 /// What makes a service: its operator, its topics, and how records map to both.
@@ -569,8 +577,7 @@ impl<S: Service> Runner<S> {
         for (&(input, p), heard) in &self.last_heard {
             if heard.elapsed() >= self.idle_after {
                 if let Some(clock) = &mut self.clocks[input] {
-                    clock.mark_idle(p as usize, true);
-                    changed = true;
+                    changed |= clock.mark_idle(p as usize, true);
                 }
             }
         }

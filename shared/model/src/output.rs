@@ -103,6 +103,13 @@ pub struct EnrichedPayment {
     pub amount_mismatch: bool,
 }
 
+impl EnrichedPayment {
+    /// Its key on Kafka: the customer, or the order when it matched none.
+    pub fn key(&self) -> &str {
+        self.customer_id.as_deref().unwrap_or(&self.order_id)
+    }
+}
+
 /// Stage 2: the tumbling payment window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WindowMetrics {

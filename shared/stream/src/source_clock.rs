@@ -89,9 +89,10 @@ impl SourceClock {
         self.partitions[partition].progress.finished = true;
     }
 
-    /// Marks a partition idle or active ([`Idleness::Marked`]).
-    pub fn mark_idle(&mut self, partition: usize, idle: bool) {
-        self.partitions[partition].marked_idle = idle;
+    /// Marks a partition idle or active ([`Idleness::Marked`]); whether that changed it.
+    pub fn mark_idle(&mut self, partition: usize, idle: bool) -> bool {
+        let p = &mut self.partitions[partition];
+        std::mem::replace(&mut p.marked_idle, idle) != idle
     }
 
     /// What to save of one partition.
