@@ -1,6 +1,8 @@
 //! `vigil-admin provision`: creates every topic (partitions, compacted changelogs) and
 //! registers every value schema, idempotently. `vigil-admin tail TOPIC…`: prints
 //! output topics in the seed's tagged NDJSON form, reading only committed records.
+//! `vigil-admin healthcheck URL`: exits 0 if the URL answers 200 (for container
+//! healthchecks, in images without curl).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -46,6 +48,8 @@ enum Command {
         #[arg(long)]
         idle_exit_secs: Option<u64>,
     },
+    /// Exit 0 if an http:// URL answers 200 within 3 seconds (a container healthcheck).
+    Healthcheck { url: String },
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    if let Command::Healthcheck { url } = &args.command {
+        return healthcheck(url);
+    }
     let config = Config::load(None, std::env::vars())?;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap_servers)
@@ -84,6 +91,7 @@ fn run(args: Args) -> Result<()> {
             }
             Ok(())
         }
+        Command::Healthcheck { .. } => unreachable!("answered above"),
         Command::Tail { topics: names, idle_exit_secs } => {
             let wanted: Vec<topics::Topic> = names
                 .iter()
@@ -128,5 +136,31 @@ fn run(args: Args) -> Result<()> {
                 }
             }
         }
+    }
+}
+
+/// One HTTP/1.0 GET; healthy if the status is 200.
+fn healthcheck(url: &str) -> Result<()> {
+    use std::io::{Read, Write};
+    use std::net::{TcpStream, ToSocketAddrs};
+    let rest = url.strip_prefix("http://").with_context(|| format!("`{url}` is not an http:// URL"))?;
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
+    let addr = authority
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve `{authority}`"))?
+        .next()
+        .with_context(|| format!("`{authority}` has no address"))?;
+    let timeout = Duration::from_secs(3);
+    let mut conn = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("cannot connect to {addr}"))?;
+    conn.set_read_timeout(Some(timeout))?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) == Some("200") {
+        Ok(())
+    } else {
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim();
+        bail!("{url} answered `{status}`: {body}")
     }
 }

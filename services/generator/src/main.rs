@@ -7,26 +7,28 @@
 //!   traffic as NDJSON on stdout, R records a second (0: as fast as possible), as the
 //!   seed's `generate_stream.py` does. Orders and payments streamed with one seed
 //!   agree: payment i pays order i;
-//! - `--kafka [--scale N] [--rate R]`: the dataset produced to the input topics as
-//!   Avro, the three streams interleaved by event time, then an end-of-input marker on
-//!   every partition (unless `--no-finish`) so every window fires.
+//! - `--kafka [--input DIR | --scale N] [--rate R]`: a dataset (a folder, or the
+//!   built-in planted one) produced to the input topics as Avro, the three streams
+//!   interleaved by event time, then an end-of-input marker on every partition
+//!   (unless `--no-finish`) so every window fires;
+//! - `--kafka --live [--rate R]`: normal traffic to the input topics without end,
+//!   each record stamped with the wall clock as it is sent, as live producers do.
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use vigil_datagen::dataset::planted_lines;
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
 use vigil_kafka::produce::InputProducer;
-use vigil_model::input::parse_line;
-use vigil_model::{Millis, Source};
+use vigil_model::{InputRecord, Millis, Source};
+use vigil_pipeline::ingest::{Line, MergedInput, StreamReader};
 
 #[derive(Debug, Parser)]
-#[command(name = "vigil-generator", version, about = "Writes Vigil datasets and streams generator records as NDJSON")]
+#[command(name = "vigil-generator", version, about = "Writes Vigil datasets and produces generator records")]
 struct Args {
     /// Write a dataset folder here.
     #[arg(long, value_name = "DIR", conflicts_with = "stream")]
@@ -37,7 +39,7 @@ struct Args {
     /// Stream one kind of record to stdout.
     #[arg(long, value_enum)]
     stream: Option<StreamKind>,
-    /// Records per second (default: 20 with --stream; as fast as possible with --kafka; 0 is as fast as possible).
+    /// Records per second (default: 20 with --stream and --live; as fast as possible with --kafka; 0 is as fast as possible).
     #[arg(long)]
     rate: Option<f64>,
     /// Stop after this many records when streaming (default: never).
@@ -48,12 +50,22 @@ struct Args {
     start_ms: Millis,
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Produce the dataset to Kafka instead of writing a folder.
+    /// Produce to Kafka's input topics instead of writing a folder.
     #[arg(long, conflicts_with_all = ["out", "stream"])]
     kafka: bool,
+    /// With --kafka: replay this dataset folder instead of the built-in planted dataset.
+    #[arg(long, value_name = "DIR", requires = "kafka", conflicts_with = "live")]
+    input: Option<PathBuf>,
+    /// With --kafka: normal traffic without end, stamped with the wall clock.
+    #[arg(long, requires = "kafka")]
+    live: bool,
     /// With --kafka: leave the input open (no end-of-input markers).
     #[arg(long, requires = "kafka")]
     no_finish: bool,
+    /// With --kafka: produce nothing if the input topics already hold records (a demo
+    /// that runs at every start must not replay its dataset into the past).
+    #[arg(long, requires = "kafka")]
+    if_empty: bool,
     #[arg(long, env = "VIGIL_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
     bootstrap_servers: String,
     #[arg(long, env = "VIGIL_SCHEMA_REGISTRY_URL", default_value = "http://127.0.0.1:8081")]
@@ -103,52 +115,114 @@ fn run(args: Args) -> Result<()> {
     }
 }
 
-/// The dataset to the input topics, its three streams merged by event time.
+/// A dataset (or live traffic) to the input topics.
 fn produce(args: &Args) -> Result<()> {
     let producer = InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?;
-    let mut streams: Vec<_> =
-        Source::ALL.iter().map(|&s| (s, planted_lines(s, args.scale, args.seed).peekable())).collect();
-    let started = Instant::now();
-    let mut sent = 0u64;
-    loop {
-        // Lines that are not records (no event time) go as soon as they are next.
-        let next = streams
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, (source, lines))| {
-                let line = lines.peek()?;
-                let ts = parse_line(*source, line).map_or(Millis::MIN, |r| r.event_ts());
-                Some((ts, i))
-            })
-            .min();
-        let Some((_, i)) = next else { break };
-        let (source, lines) = &mut streams[i];
-        let line = lines.next().expect("peeked above");
-        producer.send_line(*source, &line)?;
-        sent += 1;
-        let rate = args.rate.unwrap_or(0.0);
-        if rate > 0.0 {
-            let due = Duration::from_secs_f64(sent as f64 / rate);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
+    if args.if_empty {
+        let held = producer.records_in_inputs()?;
+        if held > 0 {
+            eprintln!(
+                "vigil-generator: the input topics already hold {held} records; producing nothing \
+                 (without --if-empty the dataset is produced again)"
+            );
+            return Ok(());
+        }
+    }
+    let (input, what) = match &args.input {
+        Some(dir) => (MergedInput::from_dir(dir)?, format!("dataset {}", dir.display())),
+        None if args.live => (live_traffic(args.seed), "live traffic".to_string()),
+        None => (MergedInput::planted(args.scale, args.seed), format!("planted dataset, scale {}", args.scale)),
+    };
+    let rate = args.rate.unwrap_or(if args.live { 20.0 } else { 0.0 });
+    eprintln!("vigil-generator: producing the {what} to {}", args.bootstrap_servers);
+    let mut pace = Pace::new(rate, true);
+    for line in input {
+        match line? {
+            Line::Record(mut record) => {
+                if args.live {
+                    restamp(&mut record, now_ms());
+                }
+                producer.send_record(&record)?
+            }
+            // Bad lines go as they are, so the services' dead-letter path sees them.
+            Line::Dead(d) => {
+                let source = Source::from_name(&d.source).expect("a dead letter names its stream");
+                producer.send_line(source, &d.line)?
             }
         }
+        pace.sent();
     }
     if !args.no_finish {
         producer.finish()?;
     }
     producer.flush()?;
-    eprintln!("vigil-generator: produced {sent} records in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!("vigil-generator: produced {} records in {:.1} s", pace.count, pace.started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Normal traffic without end, in event-time order (the live mode restamps it).
+fn live_traffic(seed: u64) -> MergedInput {
+    let traffic = Traffic::new(seed, PLANTED_START_MS, 1_000_000);
+    MergedInput::new(vec![
+        StreamReader::from_lines(Source::Orders, (0..).filter_map(move |i| traffic.order(i)).map(|o| to_json(&o))),
+        StreamReader::from_lines(Source::Payments, (0..).filter_map(move |i| traffic.payment(i)).map(|p| to_json(&p))),
+        StreamReader::from_lines(Source::Devices, (0..).map(move |k| to_json(&traffic.device(k)))),
+    ])
+}
+
+fn to_json<T: serde::Serialize>(record: &T) -> String {
+    serde_json::to_string(record).expect("records serialize")
+}
+
+fn restamp(record: &mut InputRecord, now: Millis) {
+    match record {
+        InputRecord::Order(o) => o.order_ts = now,
+        InputRecord::Payment(p) => p.payment_ts = now,
+        InputRecord::Device(d) => d.event_ts = now,
+    }
+}
+
+fn now_ms() -> Millis {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as Millis)
+}
+
+/// Holds a producer to a rate (paced against the start, so one slow send does not slow
+/// the average) and reports progress every few seconds.
+struct Pace {
+    rate: f64,
+    started: Instant,
+    count: u64,
+    /// When progress was last reported; `None` reports nothing.
+    reported: Option<Instant>,
+}
+
+impl Pace {
+    fn new(rate: f64, report: bool) -> Self {
+        Pace { rate, started: Instant::now(), count: 0, reported: report.then(Instant::now) }
+    }
+
+    fn sent(&mut self) {
+        self.count += 1;
+        if self.rate > 0.0 {
+            let due = Duration::from_secs_f64(self.count as f64 / self.rate);
+            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if let Some(reported) = self.reported.filter(|r| r.elapsed() >= Duration::from_secs(10)) {
+            self.reported = Some(reported + Duration::from_secs(10));
+            let secs = self.started.elapsed().as_secs_f64();
+            eprintln!("vigil-generator: {} records so far ({:.0}/s)", self.count, self.count as f64 / secs);
+        }
+    }
 }
 
 fn stream(kind: StreamKind, args: &Args) -> io::Result<()> {
     let traffic = Traffic::new(args.seed, args.start_ms, 0);
     let mut out = BufWriter::new(io::stdout().lock());
-    let started = Instant::now();
-    let mut written = 0u64;
+    let mut pace = Pace::new(args.rate.unwrap_or(20.0), false);
     for i in 0.. {
-        if args.count.is_some_and(|c| written >= c) {
+        if args.count.is_some_and(|c| pace.count >= c) {
             break;
         }
         let line = match kind {
@@ -158,16 +232,10 @@ fn stream(kind: StreamKind, args: &Args) -> io::Result<()> {
         };
         let Some(line) = line else { continue };
         writeln!(out, "{}", line.map_err(io::Error::other)?)?;
-        written += 1;
-        let rate = args.rate.unwrap_or(20.0);
-        if rate > 0.0 {
-            // Paced against the start, so a slow write does not slow the average rate.
+        if pace.rate > 0.0 {
             out.flush()?;
-            let due = Duration::from_secs_f64(written as f64 / rate);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
         }
+        pace.sent();
     }
     out.flush()
 }

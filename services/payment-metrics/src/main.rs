@@ -2,68 +2,7 @@
 //! `enriched-payments` → `payment-metrics`, keyed by window start.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-
-use vigil_kafka::codec::{Codec, CodecError};
-use vigil_kafka::runner::{Input, InputKind, Outgoing, Parallelism, Service};
-use vigil_kafka::topics::{Topic, ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, PAYMENT_METRICS};
-use vigil_model::output::EnrichedPayment;
-use vigil_model::{Config, Millis};
-use vigil_operators::{MetricsOutput, PaymentMetrics};
-
-struct PaymentMetricsService;
-
-impl Service for PaymentMetricsService {
-    type Op = PaymentMetrics;
-
-    fn name(&self) -> &'static str {
-        "payment-metrics"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::Global
-    }
-
-    fn inputs(&self, _: &Config) -> Vec<Input> {
-        vec![Input { topic: ENRICHED_PAYMENTS, kind: InputKind::Upstream }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![PAYMENT_METRICS, ENRICHED_PAYMENTS_LATE]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        Vec::new()
-    }
-
-    fn operator(&self, config: &Config) -> PaymentMetrics {
-        PaymentMetrics::new(config)
-    }
-
-    fn decode(&self, codec: &Codec, _: Topic, payload: &[u8]) -> Result<Arc<EnrichedPayment>, CodecError> {
-        Ok(Arc::new(codec.decode(payload)?))
-    }
-
-    fn event_ts(&self, record: &Arc<EnrichedPayment>) -> Millis {
-        record.payment_ts_ms
-    }
-
-    fn encode(&self, codec: &Codec, output: MetricsOutput) -> Result<Outgoing, CodecError> {
-        Ok(match output {
-            MetricsOutput::Metrics(m) => Outgoing {
-                topic: PAYMENT_METRICS,
-                key: m.window_start_ms.to_string(),
-                value: codec.encode(PAYMENT_METRICS, &m)?,
-            },
-            MetricsOutput::Late(l) => Outgoing::late_payment(codec, &l)?,
-        })
-    }
-
-    fn is_late(&self, output: &MetricsOutput) -> bool {
-        matches!(output, MetricsOutput::Late(_))
-    }
-}
 
 fn main() -> ExitCode {
-    vigil_kafka::cli::main_for(PaymentMetricsService)
+    vigil_kafka::cli::main_for("payment-metrics")
 }

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
+use vigil_datagen::dataset::planted_lines;
 use vigil_datagen::Dataset;
 use vigil_model::input::parse_line;
 use vigil_model::output::{DeadLetter, RecordType};
@@ -38,7 +39,7 @@ impl StreamReader {
         Ok(StreamReader { source, lines: Box::new(lines), line_number: 0 })
     }
 
-    pub fn from_lines(source: Source, lines: Vec<String>) -> Self {
+    pub fn from_lines(source: Source, lines: impl IntoIterator<Item = String> + 'static) -> Self {
         StreamReader { source, lines: Box::new(lines.into_iter().map(|l| Ok(l.into_bytes()))), line_number: 0 }
     }
 
@@ -109,6 +110,13 @@ impl MergedInput {
             ));
         }
         Ok(MergedInput::new(readers))
+    }
+
+    /// The built-in planted dataset, generated line by line as it is read.
+    pub fn planted(scale: u64, seed: u64) -> Self {
+        MergedInput::new(
+            Source::ALL.iter().map(|&s| StreamReader::from_lines(s, planted_lines(s, scale, seed))).collect(),
+        )
     }
 
     pub fn from_dataset(dataset: Dataset) -> Self {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use vigil_datagen::Dataset;
 use vigil_model::Config;
 use vigil_pipeline::ingest::MergedInput;
 use vigil_pipeline::sink::OutputWriter;
@@ -67,7 +66,7 @@ fn run(args: Args) -> Result<ExitCode> {
     let (input, what) = match &args.input {
         Some(dir) => (MergedInput::from_dir(dir)?, format!("dataset {}", dir.display())),
         None => (
-            MergedInput::from_dataset(Dataset::planted(args.scale, args.seed)),
+            MergedInput::planted(args.scale, args.seed),
             format!("built-in planted dataset (scale {}, seed {})", args.scale, args.seed),
         ),
     };

@@ -5,6 +5,11 @@
 //! the tasks that write to it, as Flink combines its input channels; the embedded
 //! runtime combines the same tasks the same way.
 //!
+//! A task whose inputs are all idle says so in its markers (a third header); its
+//! readers leave it out until it speaks again, as Flink's idle watermark status does.
+//! Without that, one partition that gets no records (a key space that never lands
+//! on it) would hold every downstream window back forever.
+//!
 //! Whoever produces the input topics (the generator, after a dataset) may write a
 //! marker without a task header to say a partition has ended: its watermark is then
 //! the end of time and every window fires, as a bounded source does in Flink.
@@ -16,6 +21,7 @@ use vigil_stream::watermark::NO_WATERMARK;
 
 const WATERMARK: &str = "vigil-watermark";
 const TASK: &str = "vigil-task";
+const IDLE: &str = "vigil-idle";
 
 /// What a marker says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,15 +29,20 @@ pub struct Marker {
     /// The writing task; `None` for an external producer ending its input.
     pub task: Option<u32>,
     pub watermark: Millis,
+    /// The writing task has nothing to say: its readers leave it out.
+    pub idle: bool,
 }
 
 pub fn headers(marker: Marker) -> OwnedHeaders {
     let wm = marker.watermark.to_string();
-    let headers = OwnedHeaders::new().insert(Header { key: WATERMARK, value: Some(wm.as_bytes()) });
-    match marker.task {
-        Some(task) => headers.insert(Header { key: TASK, value: Some(task.to_string().as_bytes()) }),
-        None => headers,
+    let mut headers = OwnedHeaders::new().insert(Header { key: WATERMARK, value: Some(wm.as_bytes()) });
+    if let Some(task) = marker.task {
+        headers = headers.insert(Header { key: TASK, value: Some(task.to_string().as_bytes()) });
     }
+    if marker.idle {
+        headers = headers.insert(Header { key: IDLE, value: Some(b"1") });
+    }
+    headers
 }
 
 /// The marker a message carries, if it is one.
@@ -42,40 +53,50 @@ pub fn read<M: Message>(message: &M) -> Option<Marker> {
     };
     let watermark = value(WATERMARK)?.parse().ok()?;
     let task = value(TASK).and_then(|t| t.parse().ok());
-    Some(Marker { task, watermark })
+    Some(Marker { task, watermark, idle: value(IDLE).as_deref() == Some("1") })
 }
 
 /// The watermark of each partition of an upstream topic: the minimum over the tasks
-/// that write it (a task not heard from yet holds it at "no watermark").
+/// that write it and are not idle (a task not heard from yet holds it at "no
+/// watermark"); a partition whose writers are all idle is idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamWatermarks {
-    /// Per partition, per writing task.
-    partitions: Vec<Vec<Millis>>,
+    /// Per partition, per writing task: its watermark and whether it is idle.
+    partitions: Vec<Vec<Writer>>,
+}
+
+/// What one writing task last said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Writer {
+    pub watermark: Millis,
+    pub idle: bool,
 }
 
 impl UpstreamWatermarks {
     pub fn new(partitions: u32, writers: u32) -> Self {
-        UpstreamWatermarks { partitions: vec![vec![NO_WATERMARK; writers as usize]; partitions as usize] }
+        let silent = Writer { watermark: NO_WATERMARK, idle: false };
+        UpstreamWatermarks { partitions: vec![vec![silent; writers as usize]; partitions as usize] }
     }
 
-    pub fn update(&mut self, partition: usize, task: u32, watermark: Millis) {
+    pub fn update(&mut self, partition: usize, task: u32, watermark: Millis, idle: bool) {
         if let Some(slot) = self.partitions.get_mut(partition).and_then(|p| p.get_mut(task as usize)) {
-            *slot = (*slot).max(watermark);
+            *slot = Writer { watermark: slot.watermark.max(watermark), idle };
         }
     }
 
-    pub fn watermark(&self, partition: usize) -> Millis {
-        self.partitions[partition].iter().copied().min().unwrap_or(NO_WATERMARK)
+    /// `None` while every writer of the partition is idle.
+    pub fn watermark(&self, partition: usize) -> Option<Millis> {
+        self.partitions[partition].iter().filter(|w| !w.idle).map(|w| w.watermark).min()
     }
 
     /// One partition's state, for a task's snapshot.
-    pub fn partition(&self, partition: usize) -> Vec<Millis> {
+    pub fn partition(&self, partition: usize) -> Vec<Writer> {
         self.partitions[partition].clone()
     }
 
-    pub fn restore_partition(&mut self, partition: usize, writers: Vec<Millis>) {
+    pub fn restore_partition(&mut self, partition: usize, writers: Vec<Writer>) {
         for (slot, w) in self.partitions[partition].iter_mut().zip(writers) {
-            *slot = (*slot).max(w);
+            *slot = Writer { watermark: slot.watermark.max(w.watermark), idle: w.idle };
         }
     }
 }
@@ -92,9 +113,11 @@ mod tests {
 
     #[test]
     fn a_marker_round_trips_through_headers() {
-        for marker in
-            [Marker { task: Some(3), watermark: 1_700_000_039_650 }, Marker { task: None, watermark: Millis::MAX }]
-        {
+        for marker in [
+            Marker { task: Some(3), watermark: 1_700_000_039_650, idle: false },
+            Marker { task: Some(0), watermark: NO_WATERMARK, idle: true },
+            Marker { task: None, watermark: Millis::MAX, idle: false },
+        ] {
             assert_eq!(read(&message(headers(marker))), Some(marker));
         }
         let plain = message(OwnedHeaders::new().insert(Header { key: "other", value: Some(b"x") }));
@@ -102,17 +125,24 @@ mod tests {
     }
 
     #[test]
-    fn a_partition_goes_by_its_slowest_writer() {
+    fn a_partition_goes_by_its_slowest_writer_that_is_not_idle() {
         let mut u = UpstreamWatermarks::new(2, 3);
-        u.update(0, 0, 5_000);
-        u.update(0, 1, 7_000);
-        assert_eq!(u.watermark(0), NO_WATERMARK, "writer 2 has not spoken");
-        u.update(0, 2, 6_000);
-        assert_eq!(u.watermark(0), 5_000);
-        u.update(0, 0, 4_000);
-        assert_eq!(u.watermark(0), 5_000, "a writer's watermark never goes back");
+        u.update(0, 0, 5_000, false);
+        u.update(0, 1, 7_000, false);
+        assert_eq!(u.watermark(0), Some(NO_WATERMARK), "writer 2 has not spoken");
+        u.update(0, 2, 6_000, false);
+        assert_eq!(u.watermark(0), Some(5_000));
+        u.update(0, 0, 4_000, false);
+        assert_eq!(u.watermark(0), Some(5_000), "a writer's watermark never goes back");
+        u.update(0, 0, 5_000, true);
+        assert_eq!(u.watermark(0), Some(6_000), "an idle writer is left out");
+        u.update(0, 1, 7_000, true);
+        u.update(0, 2, 6_000, true);
+        assert_eq!(u.watermark(0), None, "all writers idle: the partition is idle");
         let mut restored = UpstreamWatermarks::new(2, 3);
         restored.restore_partition(0, u.partition(0));
-        assert_eq!(restored.watermark(0), 5_000);
+        assert_eq!(restored.watermark(0), None);
+        restored.update(0, 2, 6_500, false);
+        assert_eq!(restored.watermark(0), Some(6_500));
     }
 }

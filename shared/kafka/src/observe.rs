@@ -1,77 +1,64 @@
-//! What a service shows about itself: Prometheus metrics and a health check on an
+//! What a process shows about itself: Prometheus metrics and a health check on an
 //! axum server, structured logs with `tracing`, and SIGTERM/SIGINT handling.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
-/// The service's counters and gauges, registered under `vigil_`.
-pub struct Metrics {
-    registry: Registry,
-    pub records_in: IntCounterVec,
-    pub records_out: IntCounterVec,
-    pub late_records: IntCounter,
-    pub dead_letters: IntCounter,
-    pub commits: IntCounter,
-    pub aborts: IntCounter,
-    pub watermark_ms: IntGauge,
-    pub tasks: IntGauge,
-    pub restored_records: IntCounter,
-    /// Seconds since the epoch when the processing loop last went round.
-    heartbeat: AtomicU64,
+use crate::metrics::MetricsRegistry;
+
+/// A processing loop that has not gone round for this long is stalled.
+const STALLED_AFTER_SECS: u64 = 30;
+
+/// The liveness of a process's processing loops: each beats as it goes round.
+#[derive(Default)]
+pub struct Health {
+    loops: Mutex<Vec<(String, Arc<AtomicU64>)>>,
 }
 
-impl Metrics {
-    pub fn new(service: &str) -> Arc<Metrics> {
-        let registry = Registry::new_custom(Some("vigil".into()), None).expect("a valid prefix");
-        let opts = |name: &str, help: &str| Opts::new(name, help).const_label("service", service);
-        let counter = |name: &str, help: &str| IntCounter::with_opts(opts(name, help)).expect("valid metric");
-        let gauge = |name: &str, help: &str| IntGauge::with_opts(opts(name, help)).expect("valid metric");
-        let by_topic = |name: &str, help: &str| IntCounterVec::new(opts(name, help), &["topic"]).expect("valid metric");
-        let m = Metrics {
-            records_in: by_topic("records_in_total", "Records consumed, by input topic (markers excluded)"),
-            records_out: by_topic("records_out_total", "Records produced, by output topic (markers excluded)"),
-            late_records: counter("late_records_total", "Records sent to a late side output"),
-            dead_letters: counter("dead_letters_total", "Input records sent to the dead-letters topic"),
-            commits: counter("transaction_commits_total", "Transactions committed"),
-            aborts: counter("transaction_aborts_total", "Transactions aborted (work is redone from the last commit)"),
-            watermark_ms: gauge("watermark_ms", "Lowest input watermark over this instance's tasks, epoch ms"),
-            tasks: gauge("tasks", "Tasks (input partitions) this instance runs"),
-            restored_records: counter("restored_records_total", "Changelog records read while restoring state"),
-            heartbeat: AtomicU64::new(now_secs()),
-            registry,
-        };
-        for c in [&m.late_records, &m.dead_letters, &m.commits, &m.aborts, &m.restored_records] {
-            m.registry.register(Box::new(c.clone())).expect("unique metric");
-        }
-        for g in [&m.watermark_ms, &m.tasks] {
-            m.registry.register(Box::new(g.clone())).expect("unique metric");
-        }
-        for v in [&m.records_in, &m.records_out] {
-            m.registry.register(Box::new(v.clone())).expect("unique metric");
-        }
-        Arc::new(m)
-    }
+/// One loop's heartbeat.
+#[derive(Clone)]
+pub struct Beat(Arc<AtomicU64>);
 
-    /// The processing loop is alive.
+impl Beat {
     pub fn beat(&self) {
-        self.heartbeat.store(now_secs(), Ordering::Relaxed);
+        self.0.store(now_secs(), Ordering::Relaxed);
+    }
+}
+
+impl Health {
+    pub fn new() -> Arc<Health> {
+        Arc::new(Health::default())
     }
 
-    fn healthy(&self) -> bool {
-        now_secs().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) < 30
+    /// A new loop to watch, alive as of now.
+    pub fn watch(&self, name: &str) -> Beat {
+        let beat = Arc::new(AtomicU64::new(now_secs()));
+        self.loops.lock().expect("health").push((name.to_string(), beat.clone()));
+        Beat(beat)
     }
 
-    pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding");
-        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+    /// `Err` names the loops that stalled.
+    pub fn check(&self) -> Result<(), String> {
+        let now = now_secs();
+        let stalled: Vec<String> = self
+            .loops
+            .lock()
+            .expect("health")
+            .iter()
+            .filter(|(_, b)| now.saturating_sub(b.load(Ordering::Relaxed)) >= STALLED_AFTER_SECS)
+            .map(|(name, _)| name.clone())
+            .collect();
+        if stalled.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("processing loop stalled: {}", stalled.join(", ")))
+        }
     }
 }
 
@@ -87,22 +74,25 @@ pub fn init_tracing() {
 }
 
 /// Serves `/metrics` and `/healthz` on `addr` and turns SIGTERM or SIGINT into
-/// `shutdown`, on a thread of its own so the processing loop stays synchronous.
-pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, shutdown: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
+/// `shutdown`, on a thread of its own so the processing loops stay synchronous.
+pub fn serve(
+    addr: SocketAddr,
+    metrics: Arc<MetricsRegistry>,
+    health: Arc<Health>,
+    shutdown: Arc<AtomicBool>,
+) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     std::thread::Builder::new().name("observe".into()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
         runtime.block_on(async move {
-            let m = metrics.clone();
-            let app = Router::new().route("/metrics", get(move || async move { m.render() })).route(
+            let app = Router::new().route("/metrics", get(move || async move { metrics.render() })).route(
                 "/healthz",
                 get(move || async move {
-                    if metrics.healthy() {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "processing loop stalled")
+                    match health.check() {
+                        Ok(()) => (StatusCode::OK, "ok".to_string()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
                     }
                 }),
             );
@@ -113,19 +103,37 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, shutdown: Arc<AtomicBool>)
             wait_for_signal().await;
             tracing::info!("shutdown requested");
             shutdown.store(true, Ordering::SeqCst);
-            // Keep serving metrics while the loop finishes its last transaction.
+            // Keep serving metrics while the loops finish their last transactions.
             tokio::time::sleep(Duration::from_secs(3600)).await;
         });
     })?;
     Ok(bound)
 }
 
-async fn wait_for_signal() {
+/// Resolves on SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler");
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_stops_beating_is_named() {
+        let health = Health::new();
+        let a = health.watch("join-enrich");
+        let _b = health.watch("device-router");
+        assert_eq!(health.check(), Ok(()));
+        a.0.store(now_secs() - STALLED_AFTER_SECS, Ordering::Relaxed);
+        assert_eq!(health.check(), Err("processing loop stalled: join-enrich".to_string()));
+        a.beat();
+        assert_eq!(health.check(), Ok(()));
     }
 }

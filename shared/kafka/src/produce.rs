@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use vigil_model::{DeviceEvent, Millis, Order, Payment, Source};
+use vigil_model::{DeviceEvent, InputRecord, Millis, Order, Payment, Source};
 
 use crate::codec::Codec;
 use crate::markers::{self, Marker};
@@ -24,7 +24,7 @@ pub fn topic_of(source: Source) -> Topic {
 }
 
 pub struct InputProducer {
-    producer: BaseProducer,
+    producer: Kafka,
     codec: Codec,
     partitions: i32,
 }
@@ -67,12 +67,38 @@ impl InputProducer {
         self.send(record)
     }
 
+    /// Sends one record as Avro, keyed as its stream's topic is keyed.
+    pub fn send_record(&self, record: &InputRecord) -> Result<()> {
+        let (topic, key, value) = match record {
+            InputRecord::Order(o) => (ORDERS, &o.order_id, self.codec.encode(ORDERS, o)?),
+            InputRecord::Payment(p) => (PAYMENTS, &p.order_id, self.codec.encode(PAYMENTS, p)?),
+            InputRecord::Device(d) => (DEVICE_EVENTS, &d.site_id, self.codec.encode(DEVICE_EVENTS, d)?),
+        };
+        self.send(BaseRecord::to(topic.name).key(key.as_str()).payload(&value))
+    }
+
+    /// Records already in the input topics (every partition's end offset, summed).
+    pub fn records_in_inputs(&self) -> Result<i64> {
+        let mut total = 0;
+        for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
+            for p in 0..self.partitions {
+                let (low, high) = self
+                    .producer
+                    .client()
+                    .fetch_watermarks(topic.name, p, Duration::from_secs(10))
+                    .with_context(|| format!("cannot read the offsets of `{}` partition {p}", topic.name))?;
+                total += high - low;
+            }
+        }
+        Ok(total)
+    }
+
     /// Says every partition of the input topics has ended: their watermark goes to
     /// the end of time and every window fires, as at the end of a bounded source.
     pub fn finish(&self) -> Result<()> {
         for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
             for p in 0..self.partitions {
-                let headers = markers::headers(Marker { task: None, watermark: Millis::MAX });
+                let headers = markers::headers(Marker { task: None, watermark: Millis::MAX, idle: false });
                 self.send(BaseRecord::<str, [u8]>::to(topic.name).partition(p).headers(headers))?;
             }
         }
@@ -88,15 +114,20 @@ impl InputProducer {
     }
 }
 
+/// A producer whose delivery reports a thread of its own serves: a transaction's
+/// abort waits for the reports of the messages it purges, so the thread that calls
+/// it cannot be the one to serve them.
+pub type Kafka = ThreadedProducer<DefaultProducerContext>;
+
 /// Produces a record, waiting for room when the producer's queue is full.
-pub(crate) fn send(producer: &BaseProducer, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
+pub(crate) fn send(producer: &Kafka, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
     let mut record = record;
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                producer.poll(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(5));
             }
             Err((e, _)) => return Err(e).context("cannot produce"),
         }

@@ -54,6 +54,13 @@ pub const DATA_TOPICS: [Topic; 13] = [
     DEAD_LETTERS,
 ];
 
+/// The late side topics: records judged late, with the watermark that judged them.
+pub const LATE_SIDE_OUTPUTS: [Topic; 2] = [DEVICE_EVENTS_LATE, ENRICHED_PAYMENTS_LATE];
+
+/// The one-partition topic on which each global stage elects its active member (see
+/// `election`); no record is ever written to it.
+pub const LEADERSHIP: Topic = Topic { name: "vigil-leadership", schema: None, compacted: false };
+
 /// The services, each with one compacted changelog topic for its state.
 pub const SERVICES: [&str; 6] =
     ["join-enrich", "payment-metrics", "payment-anomalies", "device-router", "device-analytics", "health-monitor"];
@@ -86,12 +93,22 @@ pub enum TopicError {
     Create { topic: String, reason: String },
 }
 
-/// Every topic name with whether it is compacted.
-pub fn all_topic_names() -> Vec<(String, bool)> {
+/// A topic to provision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub compacted: bool,
+    pub partitions: u32,
+}
+
+/// Every topic Vigil uses, keyed topics with `partitions` partitions.
+pub fn all_topics(partitions: u32) -> Vec<TopicSpec> {
+    let keyed = |name: String, compacted| TopicSpec { name, compacted, partitions };
     DATA_TOPICS
         .iter()
-        .map(|t| (t.name.to_string(), t.compacted))
-        .chain(SERVICES.iter().map(|s| (changelog(s), true)))
+        .map(|t| keyed(t.name.to_string(), t.compacted))
+        .chain(SERVICES.iter().map(|s| keyed(changelog(s), true)))
+        .chain([TopicSpec { name: LEADERSHIP.name.to_string(), compacted: false, partitions: 1 }])
         .collect()
 }
 
@@ -110,12 +127,12 @@ pub fn provision(
     partitions: u32,
     replication: i32,
 ) -> Result<Vec<(String, Provisioned)>, TopicError> {
-    let names = all_topic_names();
-    let topics: Vec<NewTopic> = names
+    let specs = all_topics(partitions);
+    let topics: Vec<NewTopic> = specs
         .iter()
-        .map(|(name, compacted)| {
-            let t = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(replication));
-            if *compacted {
+        .map(|spec| {
+            let t = NewTopic::new(&spec.name, spec.partitions as i32, TopicReplication::Fixed(replication));
+            if spec.compacted {
                 t.set("cleanup.policy", "compact").set("max.message.bytes", MAX_SNAPSHOT_BYTES)
             } else {
                 t
@@ -135,10 +152,9 @@ pub fn provision(
         }
     }
     // A new topic shows in the metadata a moment after it is created.
-    let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match check(consumer, &names, partitions) {
+        match specs.iter().try_for_each(|s| check(consumer, std::slice::from_ref(&s.name), s.partitions)) {
             Err(TopicError::Missing { .. }) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(200));
             }

@@ -20,7 +20,7 @@ use vigil_kafka::codec::Codec;
 use vigil_kafka::produce::InputProducer;
 use vigil_kafka::topics::{self, ORDERS};
 use vigil_model::{Config, Order, Payment, Source};
-use vigil_pipeline::ingest::MergedInput;
+use vigil_pipeline::ingest::{Line, MergedInput};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -71,7 +71,7 @@ impl Stack {
         };
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
-        let names: Vec<String> = topics::all_topic_names().into_iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = topics::all_topics(4).into_iter().map(|t| t.name).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
@@ -158,6 +158,17 @@ impl Stack {
     fn producer(&self) -> InputProducer {
         InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
     }
+}
+
+/// Produces input lines as the generator does: records as Avro, bad lines as they are.
+fn send_lines(producer: &InputProducer, lines: &[Line]) {
+    for line in lines {
+        match line {
+            Line::Record(r) => producer.send_record(r).unwrap(),
+            Line::Dead(d) => producer.send_line(Source::from_name(&d.source).unwrap(), &d.line).unwrap(),
+        }
+    }
+    producer.flush().unwrap();
 }
 
 /// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
@@ -262,7 +273,16 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh();
     let services = stack.spawn_all();
-    assert!(stack.generator(&["--scale", "1"]).status().unwrap().success());
+    // A dataset folder, replayed onto the topics; a second replay with --if-empty
+    // must add nothing.
+    let dir = std::env::temp_dir().join(format!("vigil-kafka-test-{}", stack.run));
+    Dataset::planted(1, 7).write_to(&dir).unwrap();
+    let folder = dir.to_str().unwrap();
+    assert!(stack.generator(&["--input", folder]).status().unwrap().success());
+    let again = stack.generator(&["--input", folder, "--if-empty"]).output().unwrap();
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already hold"), "{again:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let expected = reference(Dataset::planted(1, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
     stop(services);
@@ -303,11 +323,14 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
     let stack = Stack::fresh();
     let mut services = stack.spawn_all();
     let scale = 40;
-    let mut generator =
-        stack.generator(&["--scale", &scale.to_string(), "--no-finish", "--rate", "8000"]).spawn().unwrap();
+    // The test decides when input flows: half of it, the crash, then the rest.
+    let input: Vec<Line> = MergedInput::planted(scale, 7).map(Result::unwrap).collect();
+    let (first, second) = input.split_at(input.len() / 2);
+    let producer = stack.producer();
+    send_lines(&producer, first);
     let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
-    // Mid-stream: each has committed state and input offsets, and input keeps coming.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Each has committed state and input offsets for part of the first half.
+    let deadline = Instant::now() + Duration::from_secs(120);
     while services
         .iter()
         .filter(|s| stateful.contains(&s.name.as_str()))
@@ -316,12 +339,11 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
         assert!(Instant::now() < deadline, "the services did not get going");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(generator.try_wait().unwrap().is_none(), "the crash must come while input still flows");
     for s in services.iter_mut().filter(|s| stateful.contains(&s.name.as_str())) {
         s.child.kill().unwrap(); // SIGKILL: no commit, no goodbye
         s.child.wait().unwrap();
     }
-    std::thread::sleep(Duration::from_millis(500));
+    send_lines(&producer, &second[..second.len() / 2]);
     for s in services.iter_mut().filter(|s| stateful.contains(&s.name.as_str())) {
         *s = stack.spawn(&s.name.clone(), "0");
     }
@@ -332,11 +354,10 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    assert!(generator.wait().unwrap().success());
+    send_lines(&producer, &second[second.len() / 2..]);
 
     let end_ms = vigil_datagen::PLANTED_START_MS + 45_000 + scale as i64 * 25_000 + 10_000;
     let (order, payment) = late_whale(end_ms);
-    let producer = stack.producer();
     producer.send_line(Source::Orders, &order).unwrap();
     producer.send_line(Source::Payments, &payment).unwrap();
     producer.finish().unwrap();
@@ -367,9 +388,13 @@ fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
         assert!(Instant::now() < deadline, "the second instances got no partitions");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut generator = stack.generator(&["--scale", "40", "--rate", "4000"]).spawn().unwrap();
-    // Stop the second instances once they have done part of the work.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Half the input, the second instances stopped once they have done part of the
+    // work, then the rest.
+    let input: Vec<Line> = MergedInput::planted(40, 7).map(Result::unwrap).collect();
+    let (first, second) = input.split_at(input.len() / 2);
+    let producer = stack.producer();
+    send_lines(&producer, first);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while seconds
         .iter()
         .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < 100)
@@ -377,9 +402,10 @@ fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
         assert!(Instant::now() < deadline, "the second instances got no partitions or no input");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(generator.try_wait().unwrap().is_none(), "the stop must come while input still flows");
     seconds.iter().for_each(Running::sigterm);
-    assert!(generator.wait().unwrap().success());
+    send_lines(&producer, second);
+    producer.finish().unwrap();
+    producer.flush().unwrap();
     let expected = reference(Dataset::planted(40, 7));
     let (got, _) = stack.wait_for(&expected, Duration::from_secs(120));
     for mut s in seconds {

@@ -68,6 +68,10 @@ impl Source {
         }
     }
 
+    pub fn from_name(name: &str) -> Option<Source> {
+        Source::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// The file a dataset folder holds this stream in.
     pub fn file_name(self) -> &'static str {
         match self {

@@ -11,7 +11,10 @@
 //!   whole stream (a real throughput gap) idles nobody.
 //! - [`Idleness::Marked`] (Kafka, where one partition's batch can run minutes of event
 //!   time ahead of another's): the runtime marks a partition idle when it has had no
-//!   record for a while on the wall clock, as Flink's `withIdleness` does.
+//!   record for a while on the wall clock, as Flink's `withIdleness` does. A member of
+//!   a Kafka stage knows only its own partitions, so an idle partition cannot follow
+//!   the topic: its readers leave it out ([`SourceClock::partition_watermark`]), and a
+//!   task whose inputs are all idle is idle itself and says so downstream.
 
 use serde::{Deserialize, Serialize};
 
@@ -110,6 +113,13 @@ impl SourceClock {
         }
         p.progress = progress;
         self.topic_max = self.partitions.iter().filter_map(|p| p.progress.max_event_ts).max().unwrap_or(NO_WATERMARK);
+    }
+
+    /// One partition's own watermark; `None` while it is idle, when its readers go by
+    /// their other inputs.
+    pub fn partition_watermark(&self, partition: usize) -> Option<Millis> {
+        let p = &self.partitions[partition];
+        (!self.is_idle(p)).then(|| own_watermark(p))
     }
 
     fn is_idle(&self, p: &Partition) -> bool {
@@ -215,15 +225,19 @@ mod tests {
     }
 
     #[test]
-    fn a_partition_marked_idle_follows_the_topic_until_its_next_record() {
+    fn a_partition_marked_idle_is_left_out_until_its_next_record() {
         let mut c = SourceClock::new(2, 2000, Idleness::Marked);
         c.observe(0, 60_000);
         c.observe(1, 1_000);
-        assert_eq!(c.watermark(1), -1_000, "however far the topic ran ahead");
-        c.mark_idle(1, true);
-        assert_eq!(c.watermark(1), 58_000);
+        assert_eq!(c.partition_watermark(1), Some(-1_000), "however far the other partition ran ahead");
+        assert!(c.mark_idle(1, true));
+        assert_eq!(c.partition_watermark(1), None);
+        assert_eq!(c.partition_watermark(0), Some(58_000));
         c.observe(1, 59_000);
-        assert_eq!(c.watermark(1), 57_000, "active again (the watermark readers keep never goes back)");
+        assert_eq!(c.partition_watermark(1), Some(57_000), "active again");
+        c.finish_partition(1);
+        c.mark_idle(1, true);
+        assert_eq!(c.partition_watermark(1), Some(END_OF_TIME), "an ended partition is never idle");
     }
 
     #[test]

@@ -1,0 +1,79 @@
+//! One active member for a global stage, chosen by Kafka. Every member of the stage
+//! joins a consumer group on the one-partition topic `vigil-leadership`; the member
+//! the group gives that partition to is the leader and processes, the others stand
+//! by. When the leader dies its session expires and the group gives the partition to
+//! a standby within seconds; the new leader's producer (same transactional id) fences
+//! the old one and aborts whatever it left open.
+//!
+//! The sticky cooperative assignor keeps the partition where it is when members join,
+//! so a new taskmanager does not take the lead from a healthy one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::ClientContext;
+use tracing::info;
+
+use crate::topics::LEADERSHIP;
+
+struct LeaseContext {
+    held: Arc<AtomicBool>,
+}
+
+impl ClientContext for LeaseContext {}
+
+impl ConsumerContext for LeaseContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            if tpl.count() > 0 {
+                self.held.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            if tpl.count() > 0 {
+                self.held.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// A member's place in its stage's election.
+pub struct Leadership {
+    consumer: BaseConsumer<LeaseContext>,
+    held: Arc<AtomicBool>,
+}
+
+impl Leadership {
+    /// Joins the election of the stage whose consumer group is `group`.
+    pub fn join(bootstrap_servers: &str, group: &str, member: &str) -> Result<Leadership> {
+        let held = Arc::new(AtomicBool::new(false));
+        let consumer: BaseConsumer<LeaseContext> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap_servers)
+            .set("group.id", format!("{group}-leader"))
+            .set("client.id", member)
+            .set("enable.auto.commit", "false")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            // How long a dead leader keeps the lead: the broker's minimum session.
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "1000")
+            .create_with_context(LeaseContext { held: held.clone() })
+            .context("cannot create the leadership consumer")?;
+        consumer.subscribe(&[LEADERSHIP.name]).context("cannot join the leadership group")?;
+        info!(group, member, "joined the election");
+        Ok(Leadership { consumer, held })
+    }
+
+    /// Whether this member leads now. Call it often: it also serves the group's
+    /// callbacks (no record is ever written to the topic, so none is returned).
+    pub fn leads(&self) -> bool {
+        let _ = self.consumer.poll(Duration::ZERO);
+        self.held.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,220 @@
+//! What a stage member counts, in Prometheus form. One registry per process (a
+//! standalone service, or a taskmanager running many members); every series of a
+//! member carries its `stage` and `member` labels, so one scrape of a taskmanager
+//! shows all of its members side by side.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
+
+/// A process's metric families; members take their labelled children from it.
+pub struct MetricsRegistry {
+    registry: Registry,
+    records_in: IntCounterVec,
+    records_out: IntCounterVec,
+    late_records: IntCounterVec,
+    dead_letters: IntCounterVec,
+    commits: IntCounterVec,
+    aborts: IntCounterVec,
+    commit_seconds: HistogramVec,
+    last_commit: GaugeVec,
+    restored_records: IntCounterVec,
+    watermark: GaugeVec,
+    watermark_lag: GaugeVec,
+    tasks: IntGaugeVec,
+    active: IntGaugeVec,
+    restarts: IntCounterVec,
+}
+
+impl MetricsRegistry {
+    /// `labels` are constant labels of every series (a taskmanager's id, say).
+    pub fn new(component: &str, labels: &[(&str, &str)]) -> Arc<MetricsRegistry> {
+        let constant = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let registry = Registry::new_custom(Some("vigil".into()), Some(constant)).expect("a valid prefix");
+        let member = ["stage", "member"];
+        let opts = |name: &str, help: &str| Opts::new(name, help);
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(opts(name, help), labels).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let gauges = |name: &str, help: &str| {
+            let g = GaugeVec::new(opts(name, help), &member).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let int_gauges = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(opts(name, help), &member).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let commit_seconds = HistogramVec::new(
+            HistogramOpts::new("transaction_commit_seconds", "Duration of a transaction commit")
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            &member,
+        )
+        .expect("valid metric");
+        registry.register(Box::new(commit_seconds.clone())).expect("unique metric");
+        let start = Gauge::with_opts(
+            opts("start_time_seconds", "When this process started, unix seconds").const_label("component", component),
+        )
+        .expect("valid metric");
+        start.set(now_secs());
+        registry.register(Box::new(start)).expect("unique metric");
+        let by_topic = ["stage", "member", "topic"];
+        Arc::new(MetricsRegistry {
+            records_in: counters("records_in_total", "Input records processed, by input topic", &by_topic),
+            records_out: counters("records_out_total", "Records produced, by output topic", &by_topic),
+            late_records: counters("late_records_total", "Records sent to a late side output", &member),
+            dead_letters: counters("dead_letters_total", "Input records sent to the dead-letters topic", &member),
+            commits: counters("transaction_commits_total", "Transactions committed", &member),
+            aborts: counters(
+                "transaction_aborts_total",
+                "Transactions aborted (the work is redone from the last commit)",
+                &member,
+            ),
+            commit_seconds,
+            last_commit: gauges("last_commit_timestamp_seconds", "When the member last committed, unix seconds"),
+            restored_records: counters(
+                "restored_records_total",
+                "Changelog records read while restoring state",
+                &member,
+            ),
+            watermark: gauges(
+                "watermark_timestamp_seconds",
+                "Lowest input watermark of the member's tasks, unix seconds (0 before the first)",
+            ),
+            watermark_lag: gauges(
+                "watermark_lag_seconds",
+                "Wall clock minus the member's lowest input watermark (0 before the first)",
+            ),
+            tasks: int_gauges("tasks", "Tasks (input partitions) the member runs"),
+            active: int_gauges("member_active", "1 while the member processes, 0 while it stands by"),
+            restarts: counters("member_restarts_total", "Stage members restarted after they failed", &["stage"]),
+            registry,
+        })
+    }
+
+    /// The series of one member of a stage.
+    pub fn member(self: &Arc<Self>, stage: &str, member: &str) -> MemberMetrics {
+        let l = [stage, member];
+        MemberMetrics {
+            registry: self.clone(),
+            stage: stage.to_string(),
+            member: member.to_string(),
+            late_records: self.late_records.with_label_values(&l),
+            dead_letters: self.dead_letters.with_label_values(&l),
+            commits: self.commits.with_label_values(&l),
+            aborts: self.aborts.with_label_values(&l),
+            commit_seconds: self.commit_seconds.with_label_values(&l),
+            last_commit: self.last_commit.with_label_values(&l),
+            restored_records: self.restored_records.with_label_values(&l),
+            watermark: self.watermark.with_label_values(&l),
+            watermark_lag: self.watermark_lag.with_label_values(&l),
+            tasks: self.tasks.with_label_values(&l),
+            active: self.active.with_label_values(&l),
+        }
+    }
+
+    /// A member of `stage` failed and was started again.
+    pub fn restarted(&self, stage: &str) {
+        self.restarts.with_label_values(&[stage]).inc();
+    }
+
+    /// A gauge of the process, next to the members' series.
+    pub fn gauge(&self, name: &str, help: &str) -> Gauge {
+        let gauge = Gauge::with_opts(Opts::new(name, help)).expect("valid metric");
+        self.registry.register(Box::new(gauge.clone())).expect("unique metric");
+        gauge
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding");
+        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+    }
+}
+
+/// One member's series.
+pub struct MemberMetrics {
+    registry: Arc<MetricsRegistry>,
+    stage: String,
+    member: String,
+    pub late_records: IntCounter,
+    pub dead_letters: IntCounter,
+    pub commits: IntCounter,
+    pub aborts: IntCounter,
+    pub commit_seconds: Histogram,
+    last_commit: Gauge,
+    pub restored_records: IntCounter,
+    watermark: Gauge,
+    watermark_lag: Gauge,
+    pub tasks: IntGauge,
+    pub active: IntGauge,
+}
+
+impl MemberMetrics {
+    pub fn records_in(&self, topic: &str) -> IntCounter {
+        self.registry.records_in.with_label_values(&[&self.stage, &self.member, topic])
+    }
+
+    pub fn records_out(&self, topic: &str) -> IntCounter {
+        self.registry.records_out.with_label_values(&[&self.stage, &self.member, topic])
+    }
+
+    pub fn committed_now(&self) {
+        self.last_commit.set(now_secs());
+    }
+
+    /// The lowest input watermark of the member's tasks, epoch ms (`None`: none yet).
+    pub fn set_watermark(&self, watermark_ms: Option<i64>) {
+        match watermark_ms {
+            Some(ms) => {
+                let secs = ms as f64 / 1000.0;
+                self.watermark.set(secs);
+                self.watermark_lag.set((now_secs() - secs).max(0.0));
+            }
+            None => {
+                self.watermark.set(0.0);
+                self.watermark_lag.set(0.0);
+            }
+        }
+    }
+}
+
+pub fn now_secs() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_share_one_family_per_metric() {
+        let registry = MetricsRegistry::new("taskmanager", &[("taskmanager", "tm-1")]);
+        let a = registry.member("join-enrich", "tm-1-0");
+        let b = registry.member("device-router", "tm-1-0");
+        a.commits.inc();
+        b.commits.inc_by(2);
+        a.records_in("orders").inc();
+        let text = registry.render();
+        assert_eq!(text.matches("# TYPE vigil_transaction_commits_total counter").count(), 1, "{text}");
+        assert!(text.contains(
+            r#"vigil_transaction_commits_total{member="tm-1-0",stage="device-router",taskmanager="tm-1"} 2"#
+        ));
+        assert!(text.contains(
+            r#"vigil_records_in_total{member="tm-1-0",stage="join-enrich",topic="orders",taskmanager="tm-1"} 1"#
+        ));
+        assert!(text.contains(r#"vigil_start_time_seconds{component="taskmanager",taskmanager="tm-1"}"#));
+    }
+}

@@ -1,0 +1,69 @@
+//! join-enrich: orders ⋈ payments by order_id → `enriched-payments`, keyed by customer.
+
+use crate::codec::{Codec, CodecError};
+use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::topics::{Topic, ENRICHED_PAYMENTS, ORDERS, PAYMENTS};
+use vigil_model::output::EnrichedPayment;
+use vigil_model::{Config, InputRecord, Millis, Order, Payment};
+use vigil_operators::{JoinEnrich, JoinInput};
+
+#[derive(Debug, Clone, Copy)]
+pub struct JoinEnrichService;
+
+impl Service for JoinEnrichService {
+    type Op = JoinEnrich;
+
+    fn name(&self) -> &'static str {
+        "join-enrich"
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::PerPartition
+    }
+
+    fn inputs(&self, config: &Config) -> Vec<Input> {
+        let kind = InputKind::Source { bound_ms: config.payment_bound_ms() };
+        vec![Input { topic: ORDERS, kind }, Input { topic: PAYMENTS, kind }]
+    }
+
+    fn outputs(&self) -> Vec<Topic> {
+        vec![ENRICHED_PAYMENTS]
+    }
+
+    fn watermarked(&self) -> Vec<Topic> {
+        vec![ENRICHED_PAYMENTS]
+    }
+
+    fn operator(&self, config: &Config) -> JoinEnrich {
+        JoinEnrich::new(config)
+    }
+
+    fn decode(&self, codec: &Codec, topic: Topic, payload: &[u8]) -> Result<JoinInput, CodecError> {
+        let record = if topic == ORDERS {
+            InputRecord::Order(codec.decode::<Order>(payload)?)
+        } else {
+            InputRecord::Payment(codec.decode::<Payment>(payload)?)
+        };
+        record.validate().map_err(|e| CodecError::Decode(e.0))?;
+        Ok(match record {
+            InputRecord::Order(o) => JoinInput::Order(o),
+            InputRecord::Payment(p) => JoinInput::Payment(p),
+            InputRecord::Device(_) => unreachable!("join-enrich reads no device events"),
+        })
+    }
+
+    fn event_ts(&self, record: &JoinInput) -> Millis {
+        match record {
+            JoinInput::Order(o) => o.order_ts,
+            JoinInput::Payment(p) => p.payment_ts,
+        }
+    }
+
+    fn encode(&self, codec: &Codec, e: EnrichedPayment) -> Result<Outgoing, CodecError> {
+        Ok(Outgoing { topic: ENRICHED_PAYMENTS, key: e.key().to_string(), value: codec.encode(ENRICHED_PAYMENTS, &e)? })
+    }
+
+    fn is_late(&self, _: &EnrichedPayment) -> bool {
+        false
+    }
+}
