@@ -182,3 +182,84 @@ impl JobMetrics {
         String::from_utf8(buf).expect("Prometheus text is UTF-8")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use vigil_kafka::metrics::MetricsRegistry;
+    use vigil_kafka::stages::topology;
+    use vigil_kafka::status::{Heartbeat, MemberStatus};
+    use vigil_model::Config;
+
+    use crate::lag::StageLag;
+    use crate::state::JobManager;
+
+    /// Metric names in a Prometheus text exposition.
+    fn exported(text: &str) -> BTreeSet<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+            .collect()
+    }
+
+    /// Every series the jobmanager and a taskmanager export.
+    fn everything_exported() -> BTreeSet<String> {
+        let jm = JobManager::new(topology(&Config::default()), &["orders"]);
+        let beat = Heartbeat {
+            taskmanager: "tm".into(),
+            address: String::new(),
+            slots: 1,
+            cpu_cores: 1,
+            started_ms: 0,
+            members: vec![MemberStatus::new("join-enrich", "tm-0")],
+        };
+        jm.heartbeat(beat);
+        let lag = StageLag { records: [("orders".to_string(), 1)].into(), seconds: 1.0 };
+        jm.lag.lock().unwrap().insert("join-enrich".into(), lag);
+        let mut names = exported(&jm.metrics.render(&jm.view()));
+        let tm = MetricsRegistry::new("taskmanager", &[("taskmanager", "tm")]);
+        let member = tm.member("join-enrich", "tm-0");
+        member.records_in("orders").inc();
+        member.records_out("enriched-payments").inc();
+        member.commit_seconds.observe(0.01);
+        tm.restarted("join-enrich");
+        tm.gauge("taskmanager_slots", "slots");
+        names.extend(exported(&tm.render()));
+        names
+    }
+
+    /// `vigil_…` names in a file of PromQL (rules, dashboards).
+    fn referenced(path: &str) -> BTreeSet<String> {
+        let text = std::fs::read_to_string(format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        text.match_indices("vigil_")
+            // Not part of a longer word or a file name (vigil_test.yml).
+            .filter(|(at, _)| !text[..*at].ends_with(|c: char| c.is_ascii_alphanumeric() || "_/.".contains(c)))
+            .map(|(at, _)| {
+                let rest = &text[at..];
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                rest[..end].to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_metric_the_rules_and_the_dashboard_name_is_exported() {
+        let exported = everything_exported();
+        for file in ["deploy/prometheus/rules/vigil.yml", "deploy/grafana/dashboards/vigil.json"] {
+            let names = referenced(file);
+            assert!(names.len() > 10, "{file} names only {names:?}");
+            for name in names {
+                // A histogram's series are its name plus _bucket, _sum and _count.
+                let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s));
+                let histogram = exported.contains(&format!("{name}_bucket"));
+                assert!(
+                    exported.contains(&name)
+                        || histogram
+                        || base.is_some_and(|b| exported.contains(&format!("{b}_bucket"))),
+                    "{file} names `{name}`, which Vigil does not export; exported: {exported:#?}"
+                );
+            }
+        }
+    }
+}
