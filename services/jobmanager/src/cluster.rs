@@ -212,9 +212,11 @@ impl Cluster {
         // Idle tasks hold nobody back, as in the stages themselves; when every task is
         // idle (no input anywhere), the stage stands where its slowest task stopped.
         let busy: Vec<Option<i64>> = tasks.iter().filter(|(_, t)| !t.idle).map(|(_, t)| t.watermark_ms).collect();
-        let watermarks: Vec<Option<i64>> =
-            if busy.is_empty() { tasks.iter().map(|(_, t)| t.watermark_ms).collect() } else { busy };
-        let watermark_ms = watermarks.iter().copied().min().flatten();
+        let watermark_ms = if busy.is_empty() {
+            tasks.iter().filter_map(|(_, t)| t.watermark_ms).min()
+        } else {
+            busy.into_iter().min().flatten()
+        };
         let mut counts = self.archived.get(stage).copied().unwrap_or_default();
         let mut members = Vec::new();
         let mut last_commit_ms = None;
@@ -378,13 +380,17 @@ mod tests {
     #[test]
     fn idle_tasks_hold_the_stage_watermark_back_only_when_all_are_idle() {
         let mut c = Cluster::default();
-        let mut m = member("device-router", "a-0", Role::Active, &[(0, 1_000, 0), (1, 9_000, 5)]);
+        let mut m = member("device-router", "a-0", Role::Active, &[(0, 1_000, 0), (1, 9_000, 5), (2, 0, 0)]);
         m.tasks[0].idle = true;
         c.heartbeat(beat("a", 0, vec![m.clone()]), 0);
-        assert_eq!(c.stage("device-router", 0).watermark_ms, Some(9_000));
+        assert_eq!(c.stage("device-router", 0).watermark_ms, Some(0));
+        m.tasks[2].watermark_ms = None;
+        c.heartbeat(beat("a", 0, vec![m.clone()]), 1);
+        assert_eq!(c.stage("device-router", 1).watermark_ms, None, "a busy task without a watermark holds it");
         m.tasks[1].idle = true;
-        c.heartbeat(beat("a", 0, vec![m]), 1);
-        assert_eq!(c.stage("device-router", 1).watermark_ms, Some(1_000));
+        m.tasks[2].idle = true;
+        c.heartbeat(beat("a", 0, vec![m]), 2);
+        assert_eq!(c.stage("device-router", 2).watermark_ms, Some(1_000), "all idle: the slowest that has one");
     }
 
     #[test]

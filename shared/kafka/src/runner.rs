@@ -689,8 +689,12 @@ impl<S: Service> Runner<S> {
         for (input, p, progress) in s.sources {
             if let Some(Some(clock)) = self.clocks.get_mut(input) {
                 clock.restore(p as usize, progress);
+                // Idle when committed: still idle until a record says otherwise, so a
+                // takeover does not hold every reader back for another idle timeout.
+                clock.mark_idle(p as usize, s.sent_idle);
             }
         }
+        task.idle = s.sent_idle;
         for (input, p, writers) in s.upstream {
             if let Some(Some(u)) = self.upstream.get_mut(input) {
                 u.restore_partition(p as usize, writers);

@@ -21,6 +21,31 @@ pub fn iso_utc(ms: Millis) -> String {
     }
 }
 
+/// Reads back what [`iso_utc`] writes (UTC only); `None` for anything else.
+pub fn parse_iso_utc(s: &str) -> Option<Millis> {
+    let s = s.strip_suffix("+00:00")?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let micros: i64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
+    let secs = days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(secs * 1000 + micros / 1000)
+}
+
+/// A proleptic Gregorian date to days since 1970-01-01 (the inverse of
+/// [`civil_from_days`]).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard
 /// Hinnant's `civil_from_days`, exact for every `i64` day count we can meet.
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -49,6 +74,15 @@ pub fn round4(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        for ms in [0, 1_700_000_031_000, 1_700_000_028_057, -86_400_001, 951_782_400_123, 4_102_444_800_999] {
+            assert_eq!(parse_iso_utc(&iso_utc(ms)), Some(ms), "{}", iso_utc(ms));
+        }
+        assert_eq!(parse_iso_utc("2023-11-14T22:13:51Z"), None);
+        assert_eq!(parse_iso_utc("yesterday"), None);
+    }
 
     #[test]
     fn formats_whole_seconds_like_python_isoformat() {
