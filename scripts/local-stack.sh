@@ -9,6 +9,7 @@
 #   scripts/local-stack.sh start    fetch (once), start both, write .cache/local-stack/env
 #   scripts/local-stack.sh stop     stop both, delete their data
 #   scripts/local-stack.sh status
+#   scripts/local-stack.sh fetch    only fetch the jars into .cache/local-stack (once)
 #   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
 #
 # Env: KAFKA_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
@@ -204,6 +205,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop_all; log "stopped" ;;
   status) status ;;
+  fetch) fetch ;;
   kafka-class) shift; [[ $# -ge 1 ]] || die "usage: $0 kafka-class <main-class> [args...]"; kafka_class "$@" ;;
-  *) echo "usage: $0 {start|stop|status|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
+  *) echo "usage: $0 {start|stop|status|fetch|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
 esac

@@ -118,3 +118,109 @@ async fn healthz(State(jm): Shared) -> Response {
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.clone()).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+
+    use vigil_kafka::stages::topology;
+    use vigil_kafka::status::{Heartbeat, MemberStatus, Role};
+    use vigil_model::Config;
+
+    use super::*;
+    use crate::live::event;
+
+    /// The router on a port of its own, on a runtime of its own thread.
+    fn serve() -> (Arc<JobManager>, String) {
+        let jm = JobManager::new(topology(&Config::default()), &["orders"]);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = router(jm.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        (jm, addr)
+    }
+
+    fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut conn = TcpStream::connect(addr).unwrap();
+        write!(
+            conn,
+            "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        let status = answer.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn a_heartbeat_puts_a_taskmanager_and_its_members_on_the_rest_api() {
+        let (jm, addr) = serve();
+        let mut member = MemberStatus::new("payment-metrics", "tm-a-0");
+        member.role = Role::Standby;
+        let beat = Heartbeat {
+            taskmanager: "tm-a".into(),
+            address: "http://10.0.0.7:9249".into(),
+            slots: 1,
+            cpu_cores: 2,
+            started_ms: 1,
+            members: vec![member],
+        };
+        let (status, _) = request(&addr, "POST", "/internal/heartbeat", &serde_json::to_string(&beat).unwrap());
+        assert_eq!(status, 204);
+        let (_, body) = request(&addr, "GET", "/taskmanagers", "");
+        let tms: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(tms["taskmanagers"][0]["id"], "tm-a");
+        assert_eq!(tms["taskmanagers"][0]["vigil"]["state"], "alive");
+        assert_eq!(tms["taskmanagers"][0]["vigil"]["members"][0]["role"], "standby");
+        let (_, body) = request(&addr, "GET", &format!("/jobs/{}", jm.job_id), "");
+        let job: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(job["state"], "RESTARTING", "no stage has an active member yet");
+        assert_eq!(job["vertices"][1]["vigil"]["members"][0]["id"], "tm-a-0");
+        let (status, body) = request(&addr, "GET", "/jobs/00000000000000000000000000000000", "");
+        assert_eq!(status, 404);
+        assert!(body.contains("errors"), "{body}");
+        assert_eq!(request(&addr, "GET", "/healthz", "").0, 503, "not provisioned yet");
+    }
+
+    #[test]
+    fn the_live_pane_streams_events_as_they_come() {
+        let (jm, addr) = serve();
+        let mut conn = TcpStream::connect(&addr).unwrap();
+        write!(conn, "GET /events/stream HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut reader = BufReader::new(conn);
+        let mut line = String::new();
+        // Headers first; the stream is open once they are through.
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line.to_ascii_lowercase().starts_with("content-type") {
+                assert!(line.contains("text/event-stream"), "{line}");
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let alert = r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "fault_rate_exceeded"}"#;
+        // The subscription may land a moment after the headers: push until one arrives.
+        let data = loop {
+            jm.live.push(event("health_alert", "health-alerts", 0, 7, Some(1), alert));
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if let Some(data) = line.strip_prefix("data: ") {
+                break data.trim().to_string();
+            }
+        };
+        let event: Value = serde_json::from_str(&data).unwrap();
+        assert_eq!((event["kind"].clone(), event["line"].clone()), (Value::from("health_alert"), Value::from(alert)));
+    }
+}

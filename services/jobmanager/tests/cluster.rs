@@ -19,6 +19,7 @@ use serde_json::Value;
 use vigil_datagen::planted::SEED_LINES;
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::Dataset;
+use vigil_kafka::topics::RESULT_TOPICS;
 use vigil_model::{Config, Millis};
 use vigil_pipeline::ingest::MergedInput;
 
@@ -29,16 +30,6 @@ const EXTRA_EVENTS: u64 = 10_000;
 /// Five times event time's own pace: fast enough for a short test, slow enough that
 /// partitions waking from idleness one after another stay within the watermark bound.
 const EXTRA_RATE: &str = "200";
-const OUTPUTS: [&str; 8] = [
-    "enriched-payments",
-    "payment-metrics",
-    "device-metrics",
-    "payment-anomalies",
-    "device-anomalies",
-    "device-events-late",
-    "enriched-payments-late",
-    "health-alerts",
-];
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/compose-test.sh"))
@@ -57,7 +48,7 @@ struct Cluster {
     prometheus: String,
     bootstrap: String,
     registry: String,
-    /// A shell command that kills one taskmanager at once (SIGKILL).
+    /// A shell command that kills the taskmanager `{taskmanager}` at once (SIGKILL).
     kill_taskmanager: String,
     up_at_ms: i64,
     artifacts: PathBuf,
@@ -319,13 +310,15 @@ fn killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(cluster: &Cluster)
     let demo = Dataset::planted(DEMO_SCALE, 7);
     let dir = cluster.artifacts.join("extra-input");
     let extra = extra_dataset(&dir, last_event_ms(&demo) + 1_000);
-    let producing = Command::new(binary("vigil-generator"))
-        .env("VIGIL_BOOTSTRAP_SERVERS", &cluster.bootstrap)
-        .env("VIGIL_SCHEMA_REGISTRY_URL", &cluster.registry)
-        .args(["--kafka", "--no-finish", "--rate", EXTRA_RATE, "--input"])
-        .arg(&dir)
-        .spawn()
-        .unwrap();
+    let mut producing = Producing(
+        Command::new(binary("vigil-generator"))
+            .env("VIGIL_BOOTSTRAP_SERVERS", &cluster.bootstrap)
+            .env("VIGIL_SCHEMA_REGISTRY_URL", &cluster.registry)
+            .args(["--kafka", "--no-finish", "--rate", EXTRA_RATE, "--input"])
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
     // Once the input flows: the dashboard with live rates, then the kill.
     wait_until("records flow through join-enrich", Duration::from_secs(60), || {
         let (_, job) = cluster.job();
@@ -336,10 +329,23 @@ fn killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(cluster: &Cluster)
     dashboard_shows_the_graph_rates_and_alerts(&page);
     eprintln!("compose test: dashboard screenshot at {}", screenshot.display());
 
+    // The taskmanager leading a global stage: its keyed partitions move to the others
+    // and a standby takes the lead.
+    let (_, job) = cluster.job();
+    let leader = job["vertices"][1]["vigil"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "active")
+        .expect("payment-metrics has a leader")["taskmanager"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let command = cluster.kill_taskmanager.replace("{taskmanager}", &leader);
     let killed_at = Instant::now();
-    let status = Command::new("sh").args(["-c", &cluster.kill_taskmanager]).status().unwrap();
-    assert!(status.success(), "cannot kill a taskmanager: {}", cluster.kill_taskmanager);
-    step("killed one taskmanager");
+    let status = Command::new("sh").args(["-c", &command]).status().unwrap();
+    assert!(status.success(), "cannot kill taskmanager {leader}: {command}");
+    step(&format!("killed taskmanager {leader}, the leader of payment-metrics"));
     let failover = wait_until("the survivors own every task again", Duration::from_secs(120), || {
         let (_, job) = cluster.job();
         let lost =
@@ -353,14 +359,17 @@ fn killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(cluster: &Cluster)
                 .unwrap_or(0);
             tasks == if v["vigil"]["global"] == true { 1 } else { Config::default().runtime.partitions as usize }
         });
-        (lost && covered).then(|| killed_at.elapsed())
+        let new_leader = job["vertices"][1]["vigil"]["members"]
+            .as_array()?
+            .iter()
+            .any(|m| m["role"] == "active" && m["taskmanager"] != leader.as_str());
+        (lost && covered && new_leader).then(|| killed_at.elapsed())
     });
     eprintln!("compose test: failover (kill to every task owned again) {:.1} s", failover.as_secs_f64());
     let page = cluster.dashboard(&cluster.artifacts.join("dashboard-lost-taskmanager.png"));
     assert!(page.contains(r#"data-state="lost""#), "the dashboard shows the lost taskmanager");
 
-    let mut producing = producing;
-    assert!(producing.wait().unwrap().success(), "the generator failed");
+    assert!(producing.0.wait().unwrap().success(), "the generator failed");
     step("input done; comparing with the embedded runtime");
     let mut all = demo;
     all.orders.extend(extra.orders.iter().cloned());
@@ -372,7 +381,7 @@ fn killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(cluster: &Cluster)
     let expected = reference(all, cut);
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let got = multiset(cluster.tail(&OUTPUTS).into_iter().filter(|l| event_time_of(l) < cut));
+        let got = multiset(cluster.tail(&RESULT_TOPICS.map(|t| t.name)).into_iter().filter(|l| event_time_of(l) < cut));
         if got == expected {
             eprintln!("compose test: {} output records equal the embedded runtime's", expected.values().sum::<usize>());
             break;
@@ -387,6 +396,16 @@ fn killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(cluster: &Cluster)
     let (_, job) = cluster.job();
     for v in job["vertices"].as_array().unwrap() {
         assert_eq!(v["vigil"]["ledger"]["balanced"], true, "{}", v["name"]);
+    }
+}
+
+/// The generator producing input; a failing test stops it.
+struct Producing(std::process::Child);
+
+impl Drop for Producing {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -54,6 +54,19 @@ pub const DATA_TOPICS: [Topic; 13] = [
     DEAD_LETTERS,
 ];
 
+/// The topics of results a user reads: the embedded runtime prints the same records
+/// (dead letters aside, which are file lines there and topic records here).
+pub const RESULT_TOPICS: [Topic; 8] = [
+    ENRICHED_PAYMENTS,
+    PAYMENT_METRICS,
+    DEVICE_METRICS,
+    PAYMENT_ANOMALIES,
+    DEVICE_ANOMALIES,
+    DEVICE_EVENTS_LATE,
+    ENRICHED_PAYMENTS_LATE,
+    HEALTH_ALERTS,
+];
+
 /// The late side topics: records judged late, with the watermark that judged them.
 pub const LATE_SIDE_OUTPUTS: [Topic; 2] = [DEVICE_EVENTS_LATE, ENRICHED_PAYMENTS_LATE];
 

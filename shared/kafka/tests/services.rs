@@ -18,7 +18,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use vigil_datagen::Dataset;
 use vigil_kafka::codec::Codec;
 use vigil_kafka::produce::InputProducer;
-use vigil_kafka::topics::{self, ORDERS};
+use vigil_kafka::topics::{self, ORDERS, RESULT_TOPICS};
 use vigil_model::{Config, Order, Payment, Source};
 use vigil_pipeline::ingest::{Line, MergedInput};
 
@@ -26,18 +26,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 const SERVICES: [&str; 6] = topics::SERVICES;
-/// Topics whose records the embedded runtime also prints (dead letters differ in
-/// shape: file lines there, topic/partition/offset here, so they are counted apart).
-const OUTPUTS: [&str; 8] = [
-    "enriched-payments",
-    "payment-metrics",
-    "device-metrics",
-    "payment-anomalies",
-    "device-anomalies",
-    "device-events-late",
-    "enriched-payments-late",
-    "health-alerts",
-];
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the Kafka tests through scripts/test.sh"))
@@ -133,7 +121,7 @@ impl Stack {
     /// What the output topics hold now, as sorted tagged lines, and the dead letters.
     fn outputs(&self) -> (Vec<String>, Vec<String>) {
         let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
-        args.extend(OUTPUTS);
+        args.extend(RESULT_TOPICS.iter().map(|t| t.name));
         let out = self.admin(&args).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8(out.stdout).unwrap();
