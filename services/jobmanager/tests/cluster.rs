@@ -433,19 +433,7 @@ fn dashboard_shows_the_graph_rates_and_alerts(page: &str) {
 
 /// The embedded runtime's output on the same input, cut where the cluster's is.
 fn reference(dataset: Dataset, cut: Millis) -> BTreeMap<String, usize> {
-    let mut lines = Vec::new();
-    vigil_pipeline::run(
-        &Config::default(),
-        MergedInput::from_dataset(dataset),
-        |o| {
-            if o.kind().tag() != "DEAD_LETTER" {
-                lines.push(format!("{}> {}", o.kind().tag(), o.to_json()));
-            }
-            Ok(())
-        },
-        |_, _| {},
-    )
-    .unwrap();
+    let lines = vigil_pipeline::result_lines(&Config::default(), MergedInput::from_dataset(dataset)).unwrap();
     multiset(lines.into_iter().filter(|l| event_time_of(l) < cut))
 }
 

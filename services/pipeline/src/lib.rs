@@ -29,6 +29,25 @@ impl RunStats {
     }
 }
 
+/// The tagged lines of a run's results, in emission order. Dead letters are left out:
+/// they are input lines here and topic records in a Kafka deployment, so only the
+/// results compare across runtimes.
+pub fn result_lines(config: &Config, input: MergedInput) -> io::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    run(
+        config,
+        input,
+        |o| {
+            if !matches!(o, Output::DeadLetter(_)) {
+                lines.push(o.tagged_line());
+            }
+            Ok(())
+        },
+        |_, _| {},
+    )?;
+    Ok(lines)
+}
+
 /// Runs the pipeline over `input` to its end, handing every output to `emit` in
 /// emission order. `progress` is called now and then with the records read so far.
 pub fn run(

@@ -32,7 +32,7 @@ fn run_planted(partitions: u32, scale: u64) -> (Vec<Output>, RunStats) {
 }
 
 fn tagged(o: &Output) -> String {
-    format!("{}> {}", o.kind().tag(), o.to_json())
+    o.tagged_line()
 }
 
 #[test]

@@ -161,19 +161,7 @@ fn send_lines(producer: &InputProducer, lines: &[Line]) {
 
 /// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
 fn reference(dataset: Dataset) -> Vec<String> {
-    let mut lines = Vec::new();
-    vigil_pipeline::run(
-        &Config::default(),
-        MergedInput::from_dataset(dataset),
-        |o| {
-            if o.kind().tag() != "DEAD_LETTER" {
-                lines.push(format!("{}> {}", o.kind().tag(), o.to_json()));
-            }
-            Ok(())
-        },
-        |_, _| {},
-    )
-    .unwrap();
+    let mut lines = vigil_pipeline::result_lines(&Config::default(), MergedInput::from_dataset(dataset)).unwrap();
     lines.sort();
     lines
 }

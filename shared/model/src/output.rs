@@ -504,6 +504,11 @@ impl Output {
         self.write_json(&mut buf).expect("output records always serialize");
         String::from_utf8(buf).expect("serde_json writes UTF-8")
     }
+
+    /// The line the runner prints: `TAG> {json}`.
+    pub fn tagged_line(&self) -> String {
+        format!("{}> {}", self.kind().tag(), self.to_json())
+    }
 }
 
 /// `json.dumps`' default separators: a space after `,` and after `:`.
