@@ -5,12 +5,17 @@
 
 pub mod cli;
 pub mod codec;
+pub mod core;
 pub mod election;
+pub mod group;
 pub mod markers;
 pub mod metrics;
 pub mod observe;
 pub mod produce;
+pub mod restore;
 pub mod runner;
+pub mod service;
+pub mod settings;
 pub mod stages;
 pub mod status;
 pub mod tail;

@@ -94,6 +94,13 @@ impl UpstreamWatermarks {
         self.partitions[partition].clone()
     }
 
+    /// Forgets what the writers of one partition said (a task starting over).
+    pub fn reset_partition(&mut self, partition: usize) {
+        for slot in &mut self.partitions[partition] {
+            *slot = Writer { watermark: NO_WATERMARK, idle: false };
+        }
+    }
+
     pub fn restore_partition(&mut self, partition: usize, writers: Vec<Writer>) {
         for (slot, w) in self.partitions[partition].iter_mut().zip(writers) {
             *slot = Writer { watermark: slot.watermark.max(w.watermark), idle: w.idle };

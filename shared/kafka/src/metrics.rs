@@ -28,6 +28,10 @@ pub struct MetricsRegistry {
     tasks: IntGaugeVec,
     active: IntGaugeVec,
     restarts: IntCounterVec,
+    state_entries: IntGaugeVec,
+    changelog_records: IntCounterVec,
+    changelog_bytes: IntCounterVec,
+    restore_seconds: GaugeVec,
 }
 
 impl MetricsRegistry {
@@ -95,6 +99,18 @@ impl MetricsRegistry {
             tasks: int_gauges("tasks", "Tasks (input partitions) the member runs"),
             active: int_gauges("member_active", "1 while the member processes, 0 while it stands by"),
             restarts: counters("member_restarts_total", "Stage members restarted after they failed", &["stage"]),
+            state_entries: int_gauges("state_entries", "Entries of keyed state the member's tasks hold"),
+            changelog_records: counters(
+                "changelog_records_total",
+                "State entries written to the changelog (tombstones included)",
+                &member,
+            ),
+            changelog_bytes: counters(
+                "changelog_bytes_total",
+                "Bytes of state entries written to the changelog",
+                &member,
+            ),
+            restore_seconds: gauges("restore_seconds", "How long the member's last task restore took"),
             registry,
         })
     }
@@ -117,6 +133,10 @@ impl MetricsRegistry {
             watermark_lag: self.watermark_lag.with_label_values(&l),
             tasks: self.tasks.with_label_values(&l),
             active: self.active.with_label_values(&l),
+            state_entries: self.state_entries.with_label_values(&l),
+            changelog_records: self.changelog_records.with_label_values(&l),
+            changelog_bytes: self.changelog_bytes.with_label_values(&l),
+            restore_seconds: self.restore_seconds.with_label_values(&l),
         }
     }
 
@@ -156,6 +176,10 @@ pub struct MemberMetrics {
     watermark_lag: Gauge,
     pub tasks: IntGauge,
     pub active: IntGauge,
+    pub state_entries: IntGauge,
+    pub changelog_records: IntCounter,
+    pub changelog_bytes: IntCounter,
+    pub restore_seconds: Gauge,
 }
 
 impl MemberMetrics {

@@ -120,7 +120,10 @@ impl InputProducer {
 pub type Kafka = ThreadedProducer<DefaultProducerContext>;
 
 /// Produces a record, waiting for room when the producer's queue is full.
-pub(crate) fn send(producer: &Kafka, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
+pub(crate) fn send<K: rdkafka::message::ToBytes + ?Sized>(
+    producer: &Kafka,
+    record: BaseRecord<'_, K, [u8]>,
+) -> Result<()> {
     let mut record = record;
     loop {
         match producer.send(record) {

@@ -20,6 +20,7 @@ pub struct Config {
     pub payments: PaymentConfig,
     pub devices: DeviceConfig,
     pub health: HealthConfig,
+    pub retention: RetentionConfig,
     pub runtime: RuntimeConfig,
 }
 
@@ -86,6 +87,18 @@ pub struct HealthConfig {
     pub late_window_retention_ms: u64,
 }
 
+/// How long keyed state that would otherwise live forever is kept once its key goes
+/// quiet, in event time; 0 keeps it forever, as the seed does. Windows, joins and
+/// health windows clean up after themselves and need no limit.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// A customer's running amount statistics, after its last payment.
+    pub payment_anomalies_ttl_seconds: u64,
+    /// A device's running firmware-failure count, after its last failure.
+    pub device_analytics_ttl_seconds: u64,
+}
+
 /// How the embedded runtime lays out its topics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -150,7 +163,7 @@ impl Default for RuntimeConfig {
     }
 }
 
-const SECTIONS: [&str; 5] = ["join", "payments", "devices", "health", "runtime"];
+const SECTIONS: [&str; 6] = ["join", "payments", "devices", "health", "retention", "runtime"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -238,6 +251,11 @@ impl Config {
 
     pub fn payment_bound_ms(&self) -> Millis {
         secs(self.payments.allowed_lateness_seconds)
+    }
+
+    /// A time-to-live in milliseconds; `None` keeps state forever.
+    pub fn ttl_ms(seconds: u64) -> Option<Millis> {
+        (seconds > 0).then(|| secs(seconds))
     }
 }
 

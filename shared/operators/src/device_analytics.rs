@@ -17,7 +17,8 @@ use vigil_model::output::{
 };
 use vigil_model::time::round4;
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
+use vigil_stream::retention::Retention;
 use vigil_stream::state::KeyedState;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
@@ -62,9 +63,20 @@ pub struct DeviceAnalytics {
     watermark: Millis,
     sites: KeyedWindows<String, SiteCounts>,
     reboots: KeyedWindows<String, Reboots>,
-    firmware_failures: KeyedState<String, u64>,
+    firmware_failures: KeyedState<String, FailureCount>,
     site_results: Vec<WindowResult<String, SiteCounts>>,
     reboot_results: Vec<WindowResult<String, Reboots>>,
+    retention: Retention,
+    written: Scalar,
+}
+
+/// A device's running count of failed firmware updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureCount {
+    count: u64,
+    /// Event time of the last failure (for the state's time-to-live).
+    #[serde(default)]
+    last_ms: Millis,
 }
 
 impl DeviceAnalytics {
@@ -85,6 +97,8 @@ impl DeviceAnalytics {
             firmware_failures: KeyedState::default(),
             site_results: Vec::new(),
             reboot_results: Vec::new(),
+            retention: Retention::new(Config::ttl_ms(config.retention.device_analytics_ttl_seconds)),
+            written: Scalar::default(),
         }
     }
 
@@ -159,14 +173,20 @@ impl Operator for DeviceAnalytics {
             let _ = self.reboots.add(&e.device_id, e.event_ts, self.watermark, |r| r.0 += 1, &mut self.reboot_results);
         }
         if failure {
-            let count = self.firmware_failures.get_or_insert_with(&e.device_id, || 0);
-            *count += 1;
+            let retention = self.retention;
+            let failures = self.firmware_failures.get_or_insert_with(&e.device_id, FailureCount::default);
+            if !retention.alive(failures.last_ms, e.event_ts) {
+                *failures = FailureCount::default();
+            }
+            failures.count += 1;
+            failures.last_ms = failures.last_ms.max(e.event_ts);
+            let count = failures.count;
             out.push(DeviceOutput::Anomaly(DeviceAnomaly::FirmwareFailure(FirmwareFailure {
                 record_type: RecordType::Anomaly,
                 anomaly_type: AnomalyType::FirmwareUpdateFailure,
                 device_id: e.device_id.clone(),
                 site_id: e.site_id.clone(),
-                failure_count: *count,
+                failure_count: count,
                 event_time: e.event_ts,
             })));
         }
@@ -178,6 +198,7 @@ impl Operator for DeviceAnalytics {
         self.sites.advance(self.watermark, &mut self.site_results);
         self.reboots.advance(self.watermark, &mut self.reboot_results);
         self.emit(out);
+        self.retention.sweep(&mut self.firmware_failures, self.watermark, |f| f.last_ms);
     }
 
     fn output_watermark(&self) -> Millis {
@@ -185,17 +206,46 @@ impl Operator for DeviceAnalytics {
     }
 }
 
+/// The watermark; each site's and device's windows; each device's failure count.
+const SITES: u8 = 1;
+const REBOOTS: u8 = 2;
+const FAILURES: u8 = 3;
+
 impl Stateful for DeviceAnalytics {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&(self.watermark, self.sites.state(), self.reboots.state(), &self.firmware_failures))
+    fn track_changes(&mut self) {
+        self.sites.track_changes();
+        self.reboots.track_changes();
+        self.firmware_failures.track_changes();
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let (sites, reboots);
-        (self.watermark, sites, reboots, self.firmware_failures) = decode(snapshot)?;
-        self.sites.restore(sites);
-        self.reboots.restore(reboots);
-        Ok(())
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        self.written.write_if_changed(meta_key(), &self.watermark, out);
+        self.sites.drain_changes(SITES, out);
+        self.reboots.drain_changes(REBOOTS, out);
+        self.firmware_failures.drain_changes(FAILURES, out);
+    }
+
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?, value) {
+            ((META, _), Some(bytes)) => {
+                self.watermark = decode_value(bytes)?;
+                self.written.restored(bytes);
+                Ok(())
+            }
+            ((SITES, rest), value) => self.sites.restore_entry(rest, value),
+            ((REBOOTS, rest), value) => self.reboots.restore_entry(rest, value),
+            ((FAILURES, rest), value) => self.firmware_failures.restore_entry(rest, value),
+            ((ns, _), _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn finish_restore(&mut self) {
+        self.sites.finish_restore();
+        self.reboots.finish_restore();
+    }
+
+    fn live_entries(&self) -> usize {
+        self.sites.key_count() + self.reboots.key_count() + self.firmware_failures.len()
     }
 }
 

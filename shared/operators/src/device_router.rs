@@ -5,7 +5,7 @@
 
 use vigil_model::output::LateDeviceEvent;
 use vigil_model::{Config, DeviceEvent, Millis};
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
 
@@ -18,6 +18,7 @@ pub enum Routed {
 pub struct DeviceRouter {
     allowed_lateness_ms: Millis,
     watermark: Millis,
+    written: Scalar,
 }
 
 impl DeviceRouter {
@@ -25,6 +26,7 @@ impl DeviceRouter {
         DeviceRouter {
             allowed_lateness_ms: config.devices.device_allowed_lateness_ms as Millis,
             watermark: NO_WATERMARK,
+            written: Scalar::default(),
         }
     }
 }
@@ -47,14 +49,27 @@ impl Operator for DeviceRouter {
     }
 }
 
+/// The router's only state is its watermark.
 impl Stateful for DeviceRouter {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&self.watermark)
+    fn track_changes(&mut self) {}
+
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        self.written.write_if_changed(meta_key(), &self.watermark, out);
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        self.watermark = decode(snapshot)?;
-        Ok(())
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?.0, value) {
+            (META, Some(bytes)) => {
+                self.watermark = decode_value(bytes)?;
+                self.written.restored(bytes);
+                Ok(())
+            }
+            (ns, _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn live_entries(&self) -> usize {
+        0
     }
 }
 

@@ -14,7 +14,6 @@
 //! - `fault_rate_exceeded` (critical): faults of all sites in a health window over
 //!   the ceiling, fired when the watermark passes the window.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +22,8 @@ use vigil_model::output::{
     WatermarkLagAlert,
 };
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
+use vigil_stream::state::OrderedState;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, Window, WindowResult};
 use vigil_stream::Operator;
@@ -63,12 +63,20 @@ pub struct HealthMonitor {
     max_faults: u64,
     retention_ms: Millis,
     watermark: Millis,
-    /// On-time event times not yet released for the gap check.
-    unreleased: BTreeSet<Millis>,
+    /// On-time event times not yet released for the gap check (a set).
+    unreleased: OrderedState<Millis, ()>,
     last_released: Option<Millis>,
     faults: KeyedWindows<(), Faults>,
     fired: Vec<WindowResult<(), Faults>>,
-    late: BTreeMap<Millis, LateWindow>,
+    late: OrderedState<Millis, LateWindow>,
+    written: Scalar,
+}
+
+/// The monitor's scalars, as its changelog holds them.
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    watermark: Millis,
+    last_released: Option<Millis>,
 }
 
 impl HealthMonitor {
@@ -86,18 +94,19 @@ impl HealthMonitor {
             max_faults: h.max_faults_per_window,
             retention_ms: h.late_window_retention_ms as Millis,
             watermark: NO_WATERMARK,
-            unreleased: BTreeSet::new(),
+            unreleased: OrderedState::default(),
             last_released: None,
             faults: KeyedWindows::new(SlidingWindows::tumbling(window_ms), allowed_lateness_ms)
                 .emitting_only(move |f: &Faults| f.0 > max_faults),
             fired: Vec::new(),
-            late: BTreeMap::new(),
+            late: OrderedState::default(),
+            written: Scalar::default(),
         }
     }
 
     fn on_time(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<HealthAlert>) {
         if self.last_released.is_none_or(|last| e.event_ts > last) {
-            self.unreleased.insert(e.event_ts);
+            self.unreleased.insert(e.event_ts, ());
         }
         if e.event_type == EventType::Fault {
             // An on-time event is never past the allowed lateness of the router that
@@ -109,7 +118,7 @@ impl HealthMonitor {
 
     fn on_late(&mut self, e: LateDeviceEvent, out: &mut Vec<HealthAlert>) {
         let start = e.event_ts_ms - e.event_ts_ms.rem_euclid(self.window_ms);
-        let w = self.late.entry(start).or_default();
+        let w = self.late.get_or_insert_with(start, LateWindow::default);
         w.count += 1;
         w.max_lag_ms = w.max_lag_ms.max(e.lag_ms);
         if start + self.window_ms <= self.watermark {
@@ -168,7 +177,7 @@ impl HealthMonitor {
 
     fn release_gaps(&mut self, out: &mut Vec<HealthAlert>) {
         let horizon = self.watermark.saturating_sub(self.allowed_lateness_ms);
-        while let Some(&ts) = self.unreleased.first() {
+        while let Some((&ts, _)) = self.unreleased.first_key_value() {
             if ts >= horizon {
                 break;
             }
@@ -227,16 +236,48 @@ impl Operator for HealthMonitor {
     }
 }
 
+/// The scalars; the event times waiting for the gap check; the fault windows; the
+/// late-event windows.
+const UNRELEASED: u8 = 1;
+const FAULTS: u8 = 2;
+const LATE: u8 = 3;
+
 impl Stateful for HealthMonitor {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&(self.watermark, &self.unreleased, self.last_released, self.faults.state(), &self.late))
+    fn track_changes(&mut self) {
+        self.unreleased.track_changes();
+        self.faults.track_changes();
+        self.late.track_changes();
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let faults;
-        (self.watermark, self.unreleased, self.last_released, faults, self.late) = decode(snapshot)?;
-        self.faults.restore(faults);
-        Ok(())
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        let meta = Meta { watermark: self.watermark, last_released: self.last_released };
+        self.written.write_if_changed(meta_key(), &meta, out);
+        self.unreleased.drain_changes(UNRELEASED, out);
+        self.faults.drain_changes(FAULTS, out);
+        self.late.drain_changes(LATE, out);
+    }
+
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?, value) {
+            ((META, _), Some(bytes)) => {
+                let meta: Meta = decode_value(bytes)?;
+                (self.watermark, self.last_released) = (meta.watermark, meta.last_released);
+                self.written.restored(bytes);
+                Ok(())
+            }
+            ((UNRELEASED, rest), value) => self.unreleased.restore_entry(rest, value),
+            ((FAULTS, rest), value) => self.faults.restore_entry(rest, value),
+            ((LATE, rest), value) => self.late.restore_entry(rest, value),
+            ((ns, _), _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn finish_restore(&mut self) {
+        self.faults.finish_restore();
+    }
+
+    fn live_entries(&self) -> usize {
+        self.unreleased.len() + self.faults.key_count() + self.late.len()
     }
 }
 

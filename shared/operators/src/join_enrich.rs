@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, RecordType};
 use vigil_model::{Config, Millis, Order, Payment};
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::state::KeyedState;
 use vigil_stream::timers::TimerQueue;
 use vigil_stream::watermark::NO_WATERMARK;
@@ -43,6 +43,7 @@ pub struct JoinEnrich {
     timers: TimerQueue<String>,
     /// Event times of the pending payments (a multiset), for the watermark hold.
     pending_ts: BTreeMap<Millis, u32>,
+    written: Scalar,
 }
 
 impl JoinEnrich {
@@ -54,6 +55,7 @@ impl JoinEnrich {
             keys: KeyedState::default(),
             timers: TimerQueue::default(),
             pending_ts: BTreeMap::new(),
+            written: Scalar::default(),
         }
     }
 
@@ -160,14 +162,49 @@ impl Operator for JoinEnrich {
     }
 }
 
+/// The watermark, and what each `order_id` waits with; the timers and the watermark
+/// hold are derived from the waiting orders and payments.
+const KEYS: u8 = 1;
+
 impl Stateful for JoinEnrich {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&(self.watermark, &self.keys, &self.timers, &self.pending_ts))
+    fn track_changes(&mut self) {
+        self.keys.track_changes();
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        (self.watermark, self.keys, self.timers, self.pending_ts) = decode(snapshot)?;
-        Ok(())
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        self.written.write_if_changed(meta_key(), &self.watermark, out);
+        self.keys.drain_changes(KEYS, out);
+    }
+
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?, value) {
+            ((META, _), Some(bytes)) => {
+                self.watermark = decode_value(bytes)?;
+                self.written.restored(bytes);
+                Ok(())
+            }
+            ((KEYS, rest), value) => self.keys.restore_entry(rest, value),
+            ((ns, _), _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn finish_restore(&mut self) {
+        let window_ms = self.window_ms;
+        self.timers = TimerQueue::default();
+        self.pending_ts.clear();
+        for (key, state) in self.keys.iter() {
+            for order in &state.orders {
+                self.timers.register(order.order_ts + window_ms, key.clone());
+            }
+            for payment in &state.pending_payments {
+                self.timers.register(payment.payment_ts + window_ms, key.clone());
+                *self.pending_ts.entry(payment.payment_ts).or_default() += 1;
+            }
+        }
+    }
+
+    fn live_entries(&self) -> usize {
+        self.keys.len()
     }
 }
 

@@ -19,8 +19,9 @@ use vigil_model::output::{
 };
 use vigil_model::time::round2;
 use vigil_model::{Config, Millis};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::event_sort::EventTimeBuffer;
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::retention::Retention;
 use vigil_stream::state::KeyedState;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
@@ -34,16 +35,21 @@ pub enum AnomalyOutput {
     Late(LatePayment),
 }
 
-/// Welford's running mean and variance.
+/// Welford's running mean and variance, and when it last changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunningStats {
     count: u64,
     mean: f64,
     m2: f64,
+    /// Event time of the last payment (for the state's time-to-live); entries written
+    /// before this field existed read as 0.
+    #[serde(default)]
+    last_ms: Millis,
 }
 
 impl RunningStats {
-    pub fn add(&mut self, x: f64) {
+    pub fn add(&mut self, x: f64, at_ms: Millis) {
+        self.last_ms = self.last_ms.max(at_ms);
         self.count += 1;
         let delta = x - self.mean;
         self.mean += delta / self.count as f64;
@@ -90,6 +96,8 @@ pub struct PaymentAnomalies {
     stats: KeyedState<String, RunningStats>,
     velocity: KeyedWindows<String, Velocity>,
     fired: Vec<WindowResult<String, Velocity>>,
+    retention: Retention,
+    written: Scalar,
 }
 
 impl PaymentAnomalies {
@@ -107,6 +115,8 @@ impl PaymentAnomalies {
             stats: KeyedState::default(),
             velocity: KeyedWindows::new(windows, 0).emitting_only(move |v: &Velocity| v.count > max_transactions),
             fired: Vec::new(),
+            retention: Retention::new(Config::ttl_ms(config.retention.payment_anomalies_ttl_seconds)),
+            written: Scalar::default(),
         }
     }
 
@@ -121,8 +131,15 @@ impl PaymentAnomalies {
 
     fn score(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<AnomalyOutput>) {
         let Some(customer) = &p.customer_id else { return };
-        let stats = self.stats.get(customer).copied().unwrap_or_default();
-        let threshold = self.threshold(&stats);
+        let (at, retention) = (p.payment_ts_ms, self.retention);
+        let stats = self.stats.get_or_insert_with(customer, RunningStats::default);
+        if !retention.alive(stats.last_ms, at) {
+            // Idle past its time-to-live: the customer starts over, as a new one would.
+            *stats = RunningStats::default();
+        }
+        let before = *stats;
+        stats.add(p.paid_amount, at);
+        let threshold = self.threshold(&before);
         if p.paid_amount > threshold {
             out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(AmountAnomaly {
                 record_type: RecordType::Anomaly,
@@ -135,7 +152,6 @@ impl PaymentAnomalies {
                 event_time: p.payment_ts_ms,
             })));
         }
-        self.stats.get_or_insert_with(customer, RunningStats::default).add(p.paid_amount);
         let cents = to_cents(p.paid_amount);
         let added = self.velocity.add(
             customer,
@@ -196,6 +212,7 @@ impl Operator for PaymentAnomalies {
         self.watermark = watermark;
         self.velocity.advance(watermark, &mut self.fired);
         self.emit_velocity(out);
+        self.retention.sweep(&mut self.stats, watermark, |s| s.last_ms);
     }
 
     fn output_watermark(&self) -> Millis {
@@ -203,16 +220,47 @@ impl Operator for PaymentAnomalies {
     }
 }
 
+/// The watermark; each customer's statistics and velocity windows; the payments
+/// waiting for their turn in event-time order.
+const STATS: u8 = 1;
+const VELOCITY: u8 = 2;
+const WAITING: u8 = 3;
+
 impl Stateful for PaymentAnomalies {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&(self.watermark, &self.waiting, &self.stats, self.velocity.state()))
+    fn track_changes(&mut self) {
+        self.stats.track_changes();
+        self.velocity.track_changes();
+        self.waiting.track_changes();
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let velocity;
-        (self.watermark, self.waiting, self.stats, velocity) = decode(snapshot)?;
-        self.velocity.restore(velocity);
-        Ok(())
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        self.written.write_if_changed(meta_key(), &self.watermark, out);
+        self.stats.drain_changes(STATS, out);
+        self.velocity.drain_changes(VELOCITY, out);
+        self.waiting.drain_changes(WAITING, out);
+    }
+
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?, value) {
+            ((META, _), Some(bytes)) => {
+                self.watermark = decode_value(bytes)?;
+                self.written.restored(bytes);
+                Ok(())
+            }
+            ((STATS, rest), value) => self.stats.restore_entry(rest, value),
+            ((VELOCITY, rest), value) => self.velocity.restore_entry(rest, value),
+            ((WAITING, rest), value) => self.waiting.restore_entry(rest, value),
+            ((ns, _), _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn finish_restore(&mut self) {
+        self.velocity.finish_restore();
+        self.waiting.finish_restore();
+    }
+
+    fn live_entries(&self) -> usize {
+        self.stats.len() + self.velocity.key_count() + self.waiting.len()
     }
 }
 
@@ -254,11 +302,35 @@ mod tests {
     fn welford_matches_the_two_pass_sample_deviation() {
         let xs = [114.15, 98.94, 104.62, 117.6, 106.68];
         let mut s = RunningStats::default();
-        xs.iter().for_each(|&x| s.add(x));
+        xs.iter().for_each(|&x| s.add(x, 0));
         let mean = xs.iter().sum::<f64>() / 5.0;
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 4.0;
         assert!((s.mean() - mean).abs() < 1e-9);
         assert!((s.std_dev() - var.sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn with_a_ttl_an_idle_customer_starts_over_and_its_state_is_dropped() {
+        let mut config = Config::default();
+        config.retention.payment_anomalies_ttl_seconds = 60;
+        let mut h = Harness::new(PaymentAnomalies::new(&config));
+        for (i, amount) in [114.15, 98.94, 104.62, 117.6, 106.68].into_iter().enumerate() {
+            h.record(paid(&format!("p{i}"), "cust-001", amount, T + i as Millis * 1000));
+        }
+        // A minute of silence is within the TTL: still judged by its history.
+        h.record(paid("within", "cust-001", 900.0, T + 64_000));
+        assert_eq!(amounts(&h.watermark(T + 65_000)).len(), 1);
+        h.record(paid("other", "cust-002", 10.0, T + 200_000));
+        let out = h.watermark(T + 200_001);
+        assert!(amounts(&out).is_empty());
+        assert_eq!(
+            h.operator.live_entries(),
+            2,
+            "cust-001 is swept: only cust-002 is left (statistics, velocity windows)"
+        );
+        // After the TTL, cust-001 is new again: the cold-start floor applies.
+        h.record(paid("after", "cust-001", 900.0, T + 200_500));
+        assert!(amounts(&h.finish()).is_empty());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, LatePayment, RecordType, WindowMetrics};
 use vigil_model::{Config, Millis};
-use vigil_stream::snapshot::{decode, encode, SnapshotError, Stateful};
+use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
 use vigil_stream::Operator;
@@ -44,6 +44,7 @@ pub struct PaymentMetrics {
     watermark: Millis,
     windows: KeyedWindows<(), PaymentTotals>,
     fired: Vec<WindowResult<(), PaymentTotals>>,
+    written: Scalar,
 }
 
 impl PaymentMetrics {
@@ -53,6 +54,7 @@ impl PaymentMetrics {
             watermark: NO_WATERMARK,
             windows: KeyedWindows::new(SlidingWindows::tumbling(size), 0),
             fired: Vec::new(),
+            written: Scalar::default(),
         }
     }
 
@@ -108,16 +110,37 @@ impl Operator for PaymentMetrics {
     }
 }
 
+/// The watermark, and the one key's windows (the metrics are global).
+const WINDOWS: u8 = 1;
+
 impl Stateful for PaymentMetrics {
-    fn snapshot(&self) -> Vec<u8> {
-        encode(&(self.watermark, self.windows.state()))
+    fn track_changes(&mut self) {
+        self.windows.track_changes();
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let (watermark, windows) = decode(snapshot)?;
-        self.watermark = watermark;
-        self.windows.restore(windows);
-        Ok(())
+    fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
+        self.written.write_if_changed(meta_key(), &self.watermark, out);
+        self.windows.drain_changes(WINDOWS, out);
+    }
+
+    fn restore_entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        match (split_key(key)?, value) {
+            ((META, _), Some(bytes)) => {
+                self.watermark = decode_value(bytes)?;
+                self.written.restored(bytes);
+                Ok(())
+            }
+            ((WINDOWS, rest), value) => self.windows.restore_entry(rest, value),
+            ((ns, _), _) => Err(StateError::Namespace(ns)),
+        }
+    }
+
+    fn finish_restore(&mut self) {
+        self.windows.finish_restore();
+    }
+
+    fn live_entries(&self) -> usize {
+        self.windows.key_count()
     }
 }
 

@@ -1,8 +1,10 @@
-//! Every operator's state survives a snapshot and restore: an operator restored from
-//! the snapshot taken halfway through the planted dataset emits exactly what the
-//! original emits over the second half. This is what a Kafka service relies on when
-//! it restores a task from its changelog after a crash or a rebalance.
+//! Every operator's state survives its changelog: an operator restored from the
+//! entries it wrote (a few records at a time, as commits drain them, compacted as
+//! Kafka compacts the topic) halfway through the planted dataset emits exactly what
+//! the original emits over the second half. This is what a Kafka service relies on
+//! when it restores a task from its changelog after a crash or a rebalance.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use vigil_operators::{
     DeviceAnalytics, DeviceRouter, HealthInput, HealthMonitor, JoinEnrich, JoinInput, PaymentAnomalies, PaymentMetrics,
     Routed,
 };
-use vigil_stream::snapshot::Stateful;
+use vigil_stream::changelog::{encode_key, encode_value, StateWrite, Stateful};
 use vigil_stream::watermark::BoundedOutOfOrderness;
 use vigil_stream::Operator;
 
@@ -27,13 +29,19 @@ where
 {
     let half = steps.len() / 2;
     let mut original = make();
+    original.track_changes();
     let mut sink = Vec::new();
-    for (record, watermark) in steps[..half].iter().cloned() {
+    let mut log = Changelog::default();
+    for (n, (record, watermark)) in steps[..half].iter().cloned().enumerate() {
         original.on_record(record, &mut sink);
         original.on_watermark(watermark, &mut sink);
+        if n % 7 == 0 {
+            log.commit(&mut original);
+        }
     }
-    let mut restored = make();
-    restored.restore(&original.snapshot()).expect("a snapshot restores");
+    log.commit(&mut original);
+    let restored = log.restore(make());
+    let mut restored = restored;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for (record, watermark) in steps[half..].iter().cloned() {
         original.on_record(record.clone(), &mut a);
@@ -46,6 +54,31 @@ where
     assert!(!a.is_empty(), "{name}: the second half emits something");
     assert_eq!(a, b, "{name}: the restored operator diverged");
     assert_eq!(original.output_watermark(), restored.output_watermark(), "{name}");
+}
+
+/// A compacted changelog: the latest value of each key, tombstoned keys gone.
+#[derive(Default)]
+struct Changelog(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl Changelog {
+    fn commit(&mut self, operator: &mut impl Stateful) {
+        let mut writes = Vec::new();
+        operator.drain_changes(&mut writes);
+        for StateWrite { key, value } in writes {
+            match value {
+                Some(v) => self.0.insert(key, v),
+                None => self.0.remove(&key),
+            };
+        }
+    }
+
+    fn restore<O: Stateful>(&self, mut operator: O) -> O {
+        for (key, value) in &self.0 {
+            operator.restore_entry(key, Some(value)).expect("an entry restores");
+        }
+        operator.finish_restore();
+        operator
+    }
 }
 
 fn with_watermarks<I>(records: Vec<(I, Millis)>, bound: Millis) -> Vec<Step<I>> {
@@ -142,8 +175,57 @@ fn health_monitor_restores() {
 }
 
 #[test]
-fn a_corrupt_snapshot_is_an_error_that_says_so() {
+fn a_corrupt_entry_is_an_error_that_says_so() {
     let mut join = JoinEnrich::new(&Config::default());
-    let err = join.restore(b"\xff\xff\xff").unwrap_err().to_string();
-    assert!(err.contains("cannot restore operator state"), "{err}");
+    let err = join.restore_entry(&encode_key(1, "order-1"), Some(b"\x01\xff\xff")).unwrap_err().to_string();
+    assert!(err.contains("another Vigil version or is corrupt"), "{err}");
+    let err = join.restore_entry(&encode_key(9, "x"), Some(b"\x01")).unwrap_err().to_string();
+    assert!(err.contains("unknown namespace 9"), "{err}");
+}
+
+/// A customer's statistics as the first per-key layout wrote them, before the
+/// time-to-live added `last_ms`.
+#[derive(serde::Serialize)]
+struct StatsBeforeTtl {
+    count: u64,
+    mean: f64,
+    m2: f64,
+}
+
+#[test]
+fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
+    let mut anomalies = PaymentAnomalies::new(&Config::default());
+    // Five payments of 100, 110, 90, 105, 95: mean 100, sample variance 62.5.
+    let old = StatsBeforeTtl { count: 5, mean: 100.0, m2: 250.0 };
+    anomalies.restore_entry(&encode_key(1, "cust-7"), Some(&encode_value(&old))).expect("the old layout restores");
+    anomalies.finish_restore();
+    let mut out = Vec::new();
+    let ts = 1_700_000_000_000;
+    let order = vigil_model::Order {
+        order_id: "order-1".into(),
+        customer_id: "cust-7".into(),
+        order_amount: 130.0,
+        order_ts: ts,
+        country: "US".into(),
+    };
+    let payment = vigil_model::Payment {
+        payment_id: "pay-1".into(),
+        order_id: "order-1".into(),
+        paid_amount: 130.0,
+        payment_ts: ts,
+        method: "card".into(),
+    };
+    anomalies.on_record(Arc::new(vigil_operators::join_enrich::enrich(payment, Some(&order), 0.01)), &mut out);
+    anomalies.on_watermark(Millis::MAX, &mut out);
+    let threshold = 100.0 + 3.0 * 62.5f64.sqrt();
+    match &out[..] {
+        [vigil_operators::AnomalyOutput::Anomaly(vigil_model::output::PaymentAnomaly::Amount(a))] => {
+            assert_eq!(
+                a.threshold,
+                (threshold * 100.0).round() / 100.0,
+                "the threshold comes from the restored history"
+            )
+        }
+        other => panic!("expected one amount anomaly, got {other:?}"),
+    }
 }

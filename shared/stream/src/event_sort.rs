@@ -2,21 +2,23 @@
 //! depends on the order of a key's records (a running mean, a gap between events)
 //! gives the same answer whatever order the partitions interleaved in.
 
-use std::collections::BTreeMap;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
-use serde::{Deserialize, Serialize};
-
+use crate::changelog::{StateError, StateWrite};
+use crate::state::OrderedState;
 use crate::Millis;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Records waiting for the watermark, by (event time, tie-break, arrival).
+#[derive(Debug, Clone)]
 pub struct EventTimeBuffer<K: Ord, T> {
-    items: BTreeMap<(Millis, K, u64), T>,
+    items: OrderedState<(Millis, K, u64), T>,
     arrivals: u64,
 }
 
 impl<K: Ord, T> Default for EventTimeBuffer<K, T> {
     fn default() -> Self {
-        EventTimeBuffer { items: BTreeMap::new(), arrivals: 0 }
+        EventTimeBuffer { items: OrderedState::default(), arrivals: 0 }
     }
 }
 
@@ -42,6 +44,26 @@ impl<K: Ord + Clone, T> EventTimeBuffer<K, T> {
 
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    pub fn track_changes(&mut self) {
+        self.items.track_changes();
+    }
+}
+
+impl<K: Ord + Clone + Serialize + DeserializeOwned, T: Serialize + DeserializeOwned> EventTimeBuffer<K, T> {
+    /// Every record buffered or released since the last drain, as entries of `namespace`.
+    pub fn drain_changes(&mut self, namespace: u8, out: &mut Vec<StateWrite>) {
+        self.items.drain_changes(namespace, out);
+    }
+
+    pub fn restore_entry(&mut self, rest: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        self.items.restore_entry(rest, value)
+    }
+
+    /// Arrival numbers go on after the highest restored one.
+    pub fn finish_restore(&mut self) {
+        self.arrivals = self.items.keys().map(|(_, _, n)| *n).max().unwrap_or(0);
     }
 }
 

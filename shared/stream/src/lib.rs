@@ -2,11 +2,12 @@
 //! is a plain struct fed records and watermarks; the embedded runtime and the Kafka
 //! runtime are two shells around the same operators.
 
+pub mod changelog;
 pub mod event_sort;
 pub mod harness;
 pub mod operator;
 pub mod partition;
-pub mod snapshot;
+pub mod retention;
 pub mod source_clock;
 pub mod state;
 pub mod timers;

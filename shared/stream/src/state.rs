@@ -1,20 +1,32 @@
-//! Keyed state: a map from key to the state of that key, serializable so a runtime
-//! can save it with the rest of an operator's state and restore it after a restart.
+//! Keyed state: maps from key to the state of that key that can remember which keys
+//! changed, so a runtime with a changelog writes only those (see `changelog`).
+//! [`KeyedState`] is a hash map; [`OrderedState`] keeps its keys in order, for state
+//! read by time.
+//!
+//! Change tracking is off until asked for (the embedded runtime never asks). A key
+//! created and dropped again between two drains is never written.
 
 use std::borrow::Borrow;
+use std::collections::BTreeMap;
 use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::changelog::{decode_key, decode_value, encode_key, encode_value, StateError, StateWrite};
 
 #[derive(Debug, Clone)]
 pub struct KeyedState<K, V> {
     values: FxHashMap<K, V>,
+    /// Keys changed since the last drain, with whether each existed at that drain;
+    /// `None` until change tracking is asked for.
+    changed: Option<FxHashMap<K, bool>>,
 }
 
 impl<K: Hash + Eq + Clone, V> Default for KeyedState<K, V> {
     fn default() -> Self {
-        KeyedState { values: FxHashMap::default() }
+        KeyedState { values: FxHashMap::default(), changed: None }
     }
 }
 
@@ -27,12 +39,19 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
         self.values.get(key)
     }
 
+    /// The key's value, to change (so the key counts as changed).
     pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.values.get_mut(key)
+        let value = self.values.get_mut(key)?;
+        if let Some(changed) = &mut self.changed {
+            if !changed.contains_key(key) {
+                changed.insert(key.to_owned(), true);
+            }
+        }
+        Some(value)
     }
 
     /// The key's value, created with `init` if absent (the key is copied only then).
@@ -42,17 +61,40 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if !self.values.contains_key(key) {
+            if let Some(changed) = &mut self.changed {
+                changed.entry(key.to_owned()).or_insert(false);
+            }
             self.values.insert(key.to_owned(), init());
         }
-        self.values.get_mut(key).expect("inserted above")
+        self.get_mut(key).expect("inserted above")
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.values.remove(key)
+        let removed = self.values.remove(key)?;
+        if let Some(changed) = &mut self.changed {
+            changed.entry(key.to_owned()).or_insert(true);
+        }
+        Some(removed)
+    }
+
+    /// Keeps only the entries `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
+        let changed = &mut self.changed;
+        self.values.retain(|k, v| {
+            let kept = keep(k, v);
+            if let (false, Some(changed)) = (kept, changed.as_mut()) {
+                changed.entry(k.clone()).or_insert(true);
+            }
+            kept
+        });
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.values.iter()
     }
 
     pub fn len(&self) -> usize {
@@ -62,34 +104,212 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
-}
 
-impl<K: Serialize + Hash + Eq, V: Serialize> Serialize for KeyedState<K, V> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.values.serialize(s)
+    pub fn track_changes(&mut self) {
+        self.changed.get_or_insert_with(FxHashMap::default);
     }
 }
 
-impl<'de, K: Deserialize<'de> + Hash + Eq, V: Deserialize<'de>> Deserialize<'de> for KeyedState<K, V> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(KeyedState { values: FxHashMap::deserialize(d)? })
+impl<K: Hash + Eq + Clone + Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> KeyedState<K, V> {
+    /// Every key changed since the last drain, as entries of `namespace`.
+    pub fn drain_changes(&mut self, namespace: u8, out: &mut Vec<StateWrite>) {
+        let Some(changed) = &mut self.changed else { return };
+        for (key, existed) in changed.drain() {
+            let value = self.values.get(&key).map(encode_value);
+            if existed || value.is_some() {
+                out.push(StateWrite { key: encode_key(namespace, &key), value });
+            }
+        }
+    }
+
+    /// Puts back one entry of this state (`rest` is its key after the namespace).
+    pub fn restore_entry(&mut self, rest: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        let key: K = decode_key(rest)?;
+        match value {
+            Some(bytes) => self.values.insert(key, decode_value(bytes)?),
+            None => self.values.remove(&key),
+        };
+        Ok(())
+    }
+}
+
+/// Keyed state with its keys in order (a time, say).
+#[derive(Debug, Clone)]
+pub struct OrderedState<K, V> {
+    values: BTreeMap<K, V>,
+    changed: Option<BTreeMap<K, bool>>,
+}
+
+impl<K: Ord, V> Default for OrderedState<K, V> {
+    fn default() -> Self {
+        OrderedState { values: BTreeMap::new(), changed: None }
+    }
+}
+
+impl<K: Ord + Clone, V> OrderedState<K, V> {
+    fn note(&mut self, key: &K, existed: bool) {
+        if let Some(changed) = &mut self.changed {
+            if !changed.contains_key(key) {
+                changed.insert(key.clone(), existed);
+            }
+        }
+    }
+
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.values.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        if self.values.contains_key(key) {
+            self.note(key, true);
+        }
+        self.values.get_mut(key)
+    }
+
+    pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
+        let existed = self.values.contains_key(&key);
+        self.note(&key, existed);
+        self.values.entry(key).or_insert_with(init)
+    }
+
+    pub fn insert(&mut self, key: K, value: V) {
+        let existed = self.values.contains_key(&key);
+        self.note(&key, existed);
+        self.values.insert(key, value);
+    }
+
+    pub fn first_key_value(&self) -> Option<(&K, &V)> {
+        self.values.first_key_value()
+    }
+
+    pub fn pop_first(&mut self) -> Option<(K, V)> {
+        let (key, value) = self.values.pop_first()?;
+        self.note(&key, true);
+        Some((key, value))
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
+        let changed = &mut self.changed;
+        self.values.retain(|k, v| {
+            let kept = keep(k, v);
+            if let (false, Some(changed)) = (kept, changed.as_mut()) {
+                changed.entry(k.clone()).or_insert(true);
+            }
+            kept
+        });
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.values.keys()
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn track_changes(&mut self) {
+        self.changed.get_or_insert_with(BTreeMap::new);
+    }
+}
+
+impl<K: Ord + Clone + Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> OrderedState<K, V> {
+    /// Every key changed since the last drain, in key order, as entries of `namespace`.
+    pub fn drain_changes(&mut self, namespace: u8, out: &mut Vec<StateWrite>) {
+        let Some(changed) = &mut self.changed else { return };
+        for (key, existed) in std::mem::take(changed) {
+            let value = self.values.get(&key).map(encode_value);
+            if existed || value.is_some() {
+                out.push(StateWrite { key: encode_key(namespace, &key), value });
+            }
+        }
+    }
+
+    pub fn restore_entry(&mut self, rest: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        let key: K = decode_key(rest)?;
+        match value {
+            Some(bytes) => self.values.insert(key, decode_value(bytes)?),
+            None => self.values.remove(&key),
+        };
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::changelog::split_key;
+
+    /// Applies writes to a changelog kept as a map, as compaction leaves it.
+    fn apply(log: &mut BTreeMap<Vec<u8>, Vec<u8>>, writes: Vec<StateWrite>) {
+        for w in writes {
+            match w.value {
+                Some(v) => log.insert(w.key, v),
+                None => log.remove(&w.key),
+            };
+        }
+    }
 
     #[test]
-    fn state_round_trips_through_a_snapshot() {
+    fn only_changed_keys_are_written_and_a_removed_key_is_a_tombstone() {
         let mut state: KeyedState<String, u32> = KeyedState::default();
+        *state.get_or_insert_with("untracked", || 0) += 1;
+        state.track_changes();
         *state.get_or_insert_with("a", || 0) += 2;
         *state.get_or_insert_with("b", || 7) += 1;
+        let mut writes = Vec::new();
+        state.drain_changes(3, &mut writes);
+        assert_eq!(writes.len(), 2, "the key changed before tracking began is not written");
+        let mut log = BTreeMap::new();
+        apply(&mut log, writes);
         state.remove("b");
-        let restored: KeyedState<String, u32> =
-            crate::snapshot::decode(&crate::snapshot::encode(&state)).expect("a snapshot decodes");
+        state.get("a");
+        let mut writes = Vec::new();
+        state.drain_changes(3, &mut writes);
+        assert_eq!(writes, vec![StateWrite { key: encode_key(3, "b"), value: None }]);
+        apply(&mut log, writes);
+
+        let mut restored: KeyedState<String, u32> = KeyedState::default();
+        for (key, value) in &log {
+            let (ns, rest) = split_key(key).unwrap();
+            assert_eq!(ns, 3);
+            restored.restore_entry(rest, Some(value)).unwrap();
+        }
         assert_eq!(restored.get("a"), Some(&2));
-        assert_eq!(restored.get("b"), None);
-        assert_eq!(restored.len(), 1);
+        assert_eq!((restored.get("b"), restored.len()), (None, 1));
+    }
+
+    #[test]
+    fn a_key_born_and_gone_between_drains_is_never_written() {
+        let mut state: OrderedState<i64, u8> = OrderedState::default();
+        state.track_changes();
+        state.insert(1, 1);
+        state.insert(2, 2);
+        state.pop_first();
+        let mut writes = Vec::new();
+        state.drain_changes(1, &mut writes);
+        assert_eq!(writes, vec![StateWrite { key: encode_key(1, &2i64), value: Some(encode_value(&2u8)) }]);
+        state.pop_first();
+        let mut writes = Vec::new();
+        state.drain_changes(1, &mut writes);
+        assert_eq!(writes, vec![StateWrite { key: encode_key(1, &2i64), value: None }], "written before: a tombstone");
+    }
+
+    #[test]
+    fn retain_counts_what_it_drops_as_changed() {
+        let mut state: KeyedState<u32, u32> = KeyedState::default();
+        state.track_changes();
+        for k in 0..4 {
+            state.get_or_insert_with(&k, || k);
+        }
+        state.drain_changes(1, &mut Vec::new());
+        state.retain(|_, v| v % 2 == 0);
+        let mut writes = Vec::new();
+        state.drain_changes(1, &mut writes);
+        assert_eq!(writes.len(), 2);
+        assert!(writes.iter().all(|w| w.value.is_none()));
     }
 }

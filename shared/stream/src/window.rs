@@ -10,8 +10,10 @@
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::changelog::{StateError, StateWrite};
 use crate::state::KeyedState;
 use crate::timers::TimerQueue;
 use crate::Millis;
@@ -98,18 +100,13 @@ impl<A> Default for KeyWindows<A> {
     }
 }
 
-/// Windows of one assigner over many keys.
+/// Windows of one assigner over many keys. A key's panes, revisions and timer are
+/// its state entry; the timer queue is derived from them.
 pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     windows: SlidingWindows,
     allowed_lateness: Millis,
     /// Which results are worth emitting; the rest are never built.
     wanted: Box<dyn Fn(&A) -> bool + Send>,
-    state: WindowsState<K, A>,
-}
-
-/// Everything [`KeyedWindows`] must remember across a restart.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WindowsState<K: Ord + Hash + Eq, A> {
     keys: KeyedState<K, KeyWindows<A>>,
     timers: TimerQueue<K>,
 }
@@ -120,7 +117,8 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             windows,
             allowed_lateness,
             wanted: Box::new(|_| true),
-            state: WindowsState { keys: KeyedState::default(), timers: TimerQueue::default() },
+            keys: KeyedState::default(),
+            timers: TimerQueue::default(),
         }
     }
 
@@ -147,7 +145,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         if self.closed_for_good(pane + w.size, watermark) {
             return Err(TooLate);
         }
-        let state = self.state.keys.get_or_insert_with(key, KeyWindows::default);
+        let state = self.keys.get_or_insert_with(key, KeyWindows::default);
         update(state.panes.entry(pane).or_default());
         let first_end = pane + w.slide;
         if first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end) {
@@ -173,8 +171,8 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     /// The watermark advanced: fire every window that is now complete, forget those
     /// past their allowed lateness.
     pub fn advance(&mut self, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
-        while let Some((time, key)) = self.state.timers.pop_due(watermark) {
-            if let Some(state) = self.state.keys.get_mut(&key) {
+        while let Some((time, key)) = self.timers.pop_due(watermark) {
+            if let Some(state) = self.keys.get_mut(&key) {
                 if state.timer == Some(time) {
                     state.timer = None;
                 }
@@ -183,17 +181,9 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         }
     }
 
-    pub fn state(&self) -> &WindowsState<K, A> {
-        &self.state
-    }
-
-    pub fn restore(&mut self, state: WindowsState<K, A>) {
-        self.state = state;
-    }
-
     /// Keys with live window state.
     pub fn key_count(&self) -> usize {
-        self.state.keys.len()
+        self.keys.len()
     }
 
     fn closed_for_good(&self, end: Millis, watermark: Millis) -> bool {
@@ -202,7 +192,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
 
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
-        let Some(state) = self.state.keys.get_mut(key) else { return };
+        let Some(state) = self.keys.get_mut(key) else { return };
         while let Some(end) = next_fire_end(state, w) {
             if end > watermark {
                 break;
@@ -241,14 +231,43 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         let empty = state.panes.is_empty() && state.revisions.is_empty();
         if old != next {
             if let Some(old) = old {
-                self.state.timers.delete(old, key);
+                self.timers.delete(old, key);
             }
             if let Some(next) = next {
-                self.state.timers.register(next, key.clone());
+                self.timers.register(next, key.clone());
             }
         }
         if empty {
-            self.state.keys.remove(key);
+            self.keys.remove(key);
+        }
+    }
+}
+
+impl<K, A> KeyedWindows<K, A>
+where
+    K: Hash + Eq + Ord + Clone + Serialize + DeserializeOwned,
+    A: Aggregate + Serialize + DeserializeOwned,
+{
+    pub fn track_changes(&mut self) {
+        self.keys.track_changes();
+    }
+
+    /// The keys whose windows changed, as entries of `namespace`.
+    pub fn drain_changes(&mut self, namespace: u8, out: &mut Vec<StateWrite>) {
+        self.keys.drain_changes(namespace, out);
+    }
+
+    pub fn restore_entry(&mut self, rest: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
+        self.keys.restore_entry(rest, value)
+    }
+
+    /// Every restored key's timer back in the queue.
+    pub fn finish_restore(&mut self) {
+        self.timers = TimerQueue::default();
+        for (key, state) in self.keys.iter() {
+            if let Some(t) = state.timer {
+                self.timers.register(t, key.clone());
+            }
         }
     }
 }

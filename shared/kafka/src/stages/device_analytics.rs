@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
 use crate::topics::{Topic, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS};
 use vigil_model::output::DeviceAnomaly;
 use vigil_model::{Config, DeviceEvent, Millis};

@@ -2,7 +2,7 @@
 //! `device-events-ontime`, late ones to the late side topic `device-events-late`.
 
 use crate::codec::{Codec, CodecError};
-use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
 use crate::topics::{Topic, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME};
 use vigil_model::{Config, DeviceEvent, InputRecord, Millis};
 use vigil_operators::{DeviceRouter, Routed};

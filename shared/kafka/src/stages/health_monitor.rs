@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
 use crate::topics::{Topic, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, HEALTH_ALERTS};
 use vigil_model::output::HealthAlert;
 use vigil_model::{Config, Millis};

@@ -1,7 +1,7 @@
 //! join-enrich: orders ⋈ payments by order_id → `enriched-payments`, keyed by customer.
 
 use crate::codec::{Codec, CodecError};
-use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
 use crate::topics::{Topic, ENRICHED_PAYMENTS, ORDERS, PAYMENTS};
 use vigil_model::output::EnrichedPayment;
 use vigil_model::{Config, InputRecord, Millis, Order, Payment};

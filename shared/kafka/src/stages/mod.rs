@@ -21,7 +21,9 @@ pub use join_enrich::JoinEnrichService;
 pub use payment_anomalies::PaymentAnomaliesService;
 pub use payment_metrics::PaymentMetricsService;
 
-use crate::runner::{Common, Observers, Parallelism, Runner, Service, Settings};
+use crate::runner::{Observers, Runner};
+use crate::service::{Parallelism, Service};
+use crate::settings::{Common, Settings};
 use crate::topics::Topic;
 
 /// What a stage reads and writes: the job graph's vertex.

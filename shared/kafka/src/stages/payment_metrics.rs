@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::runner::{Input, InputKind, Outgoing, Parallelism, Service};
+use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
 use crate::topics::{Topic, ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, PAYMENT_METRICS};
 use vigil_model::output::EnrichedPayment;
 use vigil_model::{Config, Millis};
