@@ -115,11 +115,12 @@ fn io_metrics(s: &StageEntry) -> Value {
 fn vigil_vertex(view: &JobView, s: &StageEntry) -> Value {
     let l = s.view.ledger;
     let lag = s.lag.clone().unwrap_or_default();
-    let names = |topics: &[vigil_kafka::topics::Topic]| topics.iter().map(|t| t.name).collect::<Vec<_>>();
+    let names =
+        |topics: &mut dyn Iterator<Item = &vigil_kafka::topics::Topic>| topics.map(|t| t.name).collect::<Vec<_>>();
     json!({
         "stage": s.info.name,
-        "inputs": names(&s.info.inputs),
-        "outputs": names(&s.info.outputs),
+        "inputs": names(&mut s.info.inputs.iter().map(|(t, _)| t)),
+        "outputs": names(&mut s.info.outputs.iter()),
         "global": s.info.global,
         "records_in_per_second": s.view.records_in_per_second,
         "records_out_per_second": s.view.records_out_per_second,
@@ -146,7 +147,7 @@ pub fn edges(view: &JobView) -> Vec<Value> {
     let mut edges = Vec::new();
     let late = |topic: &str| LATE_SIDE_OUTPUTS.iter().any(|t| t.name == topic);
     for s in &view.stages {
-        for input in &s.info.inputs {
+        for (input, _) in s.info.inputs {
             let writers: Vec<&StageEntry> =
                 view.stages.iter().filter(|w| w.info.outputs.iter().any(|o| o.name == input.name)).collect();
             if writers.is_empty() {
@@ -158,8 +159,8 @@ pub fn edges(view: &JobView) -> Vec<Value> {
                 );
             }
         }
-        for output in &s.info.outputs {
-            let read = view.stages.iter().any(|r| r.info.inputs.iter().any(|i| i.name == output.name));
+        for output in s.info.outputs {
+            let read = view.stages.iter().any(|r| r.info.inputs.iter().any(|(i, _)| i.name == output.name));
             if !read {
                 edges.push(json!({"topic": output.name, "from": s.vertex_id, "to": null, "late": late(output.name)}));
             }
@@ -177,7 +178,7 @@ fn plan(view: &JobView) -> Value {
                 .info
                 .inputs
                 .iter()
-                .flat_map(|i| {
+                .flat_map(|(i, _)| {
                     view.stages
                         .iter()
                         .filter(|w| w.info.outputs.iter().any(|o| o.name == i.name))

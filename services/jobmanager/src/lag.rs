@@ -11,7 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use vigil_kafka::stages::StageInfo;
+use vigil_model::topology::Stage as StageInfo;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -54,7 +54,7 @@ impl LagProbe {
         let groups = topology
             .iter()
             .map(|s| {
-                let inputs = s.inputs.iter().map(|t| t.name.to_string()).collect();
+                let inputs = s.inputs.iter().map(|(t, _)| t.name.to_string()).collect();
                 Ok((s.name.to_string(), inputs, client(&format!("vigil-{}", s.name), false)?))
             })
             .collect::<Result<_>>()?;

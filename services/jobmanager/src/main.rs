@@ -33,7 +33,6 @@ use vigil_kafka::codec::Codec;
 use vigil_kafka::metrics::now_ms;
 use vigil_kafka::observe;
 use vigil_kafka::runner::Common;
-use vigil_kafka::stages;
 use vigil_kafka::topics;
 
 use crate::lag::LagProbe;
@@ -62,7 +61,7 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     let common = args.kafka.common()?;
-    let topology = stages::topology(&common.config);
+    let topology = vigil_model::topology::STAGES.to_vec();
     let sources = ["orders", "payments", "device-events"];
     let jm = JobManager::new(topology, &sources);
     let shutdown = Arc::new(AtomicBool::new(false));

@@ -188,9 +188,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use vigil_kafka::metrics::MetricsRegistry;
-    use vigil_kafka::stages::topology;
     use vigil_kafka::status::{Heartbeat, MemberStatus};
-    use vigil_model::Config;
 
     use crate::lag::StageLag;
     use crate::state::JobManager;
@@ -205,7 +203,7 @@ mod tests {
 
     /// Every series the jobmanager and a taskmanager export.
     fn everything_exported() -> BTreeSet<String> {
-        let jm = JobManager::new(topology(&Config::default()), &["orders"]);
+        let jm = JobManager::new(vigil_model::topology::STAGES.to_vec(), &["orders"]);
         let beat = Heartbeat {
             taskmanager: "tm".into(),
             address: String::new(),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use vigil_kafka::metrics::now_ms;
-use vigil_kafka::stages::StageInfo;
 use vigil_kafka::status::Heartbeat;
+use vigil_model::topology::Stage as StageInfo;
 
 use crate::cluster::Cluster;
 use crate::lag::StageLag;

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use vigil_kafka::stages::StageInfo;
 use vigil_kafka::status::Commit;
+use vigil_model::topology::Stage as StageInfo;
 
 use crate::cluster::{Cluster, StageView, TaskmanagerView};
 use crate::lag::StageLag;

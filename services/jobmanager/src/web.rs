@@ -124,16 +124,14 @@ mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpStream;
 
-    use vigil_kafka::stages::topology;
     use vigil_kafka::status::{Heartbeat, MemberStatus, Role};
-    use vigil_model::Config;
 
     use super::*;
     use crate::live::event;
 
     /// The router on a port of its own, on a runtime of its own thread.
     fn serve() -> (Arc<JobManager>, String) {
-        let jm = JobManager::new(topology(&Config::default()), &["orders"]);
+        let jm = JobManager::new(vigil_model::topology::STAGES.to_vec(), &["orders"]);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap().to_string();

@@ -42,7 +42,7 @@ impl Codec {
             SrSettings::new_builder(registry_url.to_string()).build().map_err(|e| registry(e.to_string()))?;
         let subjects = DATA_TOPICS
             .iter()
-            .filter_map(|t| Some((t.name, t.schema?)))
+            .map(|t| (t.name, t.schema))
             .map(|(name, raw)| {
                 let schema = Schema::parse_str(raw).map_err(|e| registry(format!("schemas/{name}.avsc: {e}")))?;
                 Ok((name, get_supplied_schema(&schema)))
@@ -123,7 +123,7 @@ mod tests {
     /// Encodes as the registry path does (schema-directed serde), decodes as
     /// `Codec::decode` does (datum → value → serde), without a registry.
     fn round_trip<T: Serialize + DeserializeOwned>(topic: Topic, value: &T) -> T {
-        let schema = Schema::parse_str(topic.schema.unwrap()).unwrap();
+        let schema = Schema::parse_str(topic.schema).unwrap();
         let bytes = GenericDatumWriter::builder(&schema).build().unwrap().write_ser_to_vec(value).unwrap();
         let reader = GenericDatumReader::builder(&schema).build().unwrap();
         let decoded = reader.read_value(&mut &bytes[..]).unwrap();

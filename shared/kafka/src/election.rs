@@ -26,6 +26,11 @@ struct LeaseContext {
 
 impl ClientContext for LeaseContext {}
 
+/// The election group of a global stage whose consumer group is `group`.
+pub fn election_group(group: &str) -> String {
+    format!("{group}-leader")
+}
+
 impl ConsumerContext for LeaseContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
@@ -56,7 +61,7 @@ impl Leadership {
         let held = Arc::new(AtomicBool::new(false));
         let consumer: BaseConsumer<LeaseContext> = ClientConfig::new()
             .set("bootstrap.servers", bootstrap_servers)
-            .set("group.id", format!("{group}-leader"))
+            .set("group.id", election_group(group))
             .set("client.id", member)
             .set("enable.auto.commit", "false")
             .set("partition.assignment.strategy", "cooperative-sticky")
@@ -65,7 +70,7 @@ impl Leadership {
             .set("heartbeat.interval.ms", "1000")
             .create_with_context(LeaseContext { held: held.clone() })
             .context("cannot create the leadership consumer")?;
-        consumer.subscribe(&[LEADERSHIP.name]).context("cannot join the leadership group")?;
+        consumer.subscribe(&[LEADERSHIP]).context("cannot join the leadership group")?;
         info!(group, member, "joined the election");
         Ok(Leadership { consumer, held })
     }

@@ -6,24 +6,15 @@ use apache_avro::types::Value;
 
 use crate::topics::Topic;
 
-/// The seed's tag for a topic's records.
-pub fn tag(topic: &str) -> String {
-    match topic {
-        "enriched-payments" => "ENRICHED".into(),
-        "payment-metrics" => "METRICS".into(),
-        "device-metrics" => "DEVICE_METRICS".into(),
-        "payment-anomalies" => "ANOMALY".into(),
-        "device-anomalies" => "DEVICE_ANOMALY".into(),
-        "device-events-late" | "enriched-payments-late" => "LATE_EVENT".into(),
-        "health-alerts" => "HEALTH_ALERT".into(),
-        "dead-letters" => "DEAD_LETTER".into(),
-        other => other.replace('-', "_").to_uppercase(),
-    }
+/// The seed's tag for a topic's records (an intermediate topic, which has none,
+/// prints under its name).
+pub fn tag(topic: Topic) -> String {
+    topic.tag.map_or_else(|| topic.name.replace('-', "_").to_uppercase(), String::from)
 }
 
 /// One record as a tagged line, e.g. `HEALTH_ALERT> {"record_type": "health_alert", …}`.
 pub fn tagged_line(topic: Topic, value: &Value) -> String {
-    let mut out = format!("{}> ", tag(topic.name));
+    let mut out = format!("{}> ", tag(topic));
     write_json(&mut out, value, true);
     out
 }

@@ -1,5 +1,7 @@
-//! Every topic Vigil uses: its name, its value schema, its cleanup policy; and the
-//! admin calls that create them (idempotently) and check them at start-up.
+//! Every topic Vigil uses (the data topics are declared in `vigil_model::topology`;
+//! here are the Kafka-only ones: changelogs, repartition topics, the leadership
+//! topic), and the admin calls that create them (idempotently) and check them at
+//! start-up.
 
 use std::time::Duration;
 
@@ -8,51 +10,12 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
-/// A topic and the Avro schema of its values (`None` for changelogs, whose values
-/// are operator snapshots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Topic {
-    pub name: &'static str,
-    pub schema: Option<&'static str>,
-    pub compacted: bool,
-}
-
-const fn data(name: &'static str, schema: &'static str) -> Topic {
-    Topic { name, schema: Some(schema), compacted: false }
-}
-
-pub const ORDERS: Topic = data("orders", include_str!("../../../schemas/orders.avsc"));
-pub const PAYMENTS: Topic = data("payments", include_str!("../../../schemas/payments.avsc"));
-pub const DEVICE_EVENTS: Topic = data("device-events", include_str!("../../../schemas/device-events.avsc"));
-pub const ENRICHED_PAYMENTS: Topic = data("enriched-payments", include_str!("../../../schemas/enriched-payments.avsc"));
-pub const ENRICHED_PAYMENTS_LATE: Topic =
-    data("enriched-payments-late", include_str!("../../../schemas/enriched-payments-late.avsc"));
-pub const PAYMENT_METRICS: Topic = data("payment-metrics", include_str!("../../../schemas/payment-metrics.avsc"));
-pub const PAYMENT_ANOMALIES: Topic = data("payment-anomalies", include_str!("../../../schemas/payment-anomalies.avsc"));
-pub const DEVICE_EVENTS_ONTIME: Topic =
-    data("device-events-ontime", include_str!("../../../schemas/device-events.avsc"));
-pub const DEVICE_EVENTS_LATE: Topic =
-    data("device-events-late", include_str!("../../../schemas/device-events-late.avsc"));
-pub const DEVICE_METRICS: Topic = data("device-metrics", include_str!("../../../schemas/device-metrics.avsc"));
-pub const DEVICE_ANOMALIES: Topic = data("device-anomalies", include_str!("../../../schemas/device-anomalies.avsc"));
-pub const HEALTH_ALERTS: Topic = data("health-alerts", include_str!("../../../schemas/health-alerts.avsc"));
-pub const DEAD_LETTERS: Topic = data("dead-letters", include_str!("../../../schemas/dead-letters.avsc"));
-
-pub const DATA_TOPICS: [Topic; 13] = [
-    ORDERS,
-    PAYMENTS,
-    DEVICE_EVENTS,
-    ENRICHED_PAYMENTS,
-    ENRICHED_PAYMENTS_LATE,
-    PAYMENT_METRICS,
-    PAYMENT_ANOMALIES,
-    DEVICE_EVENTS_ONTIME,
-    DEVICE_EVENTS_LATE,
-    DEVICE_METRICS,
-    DEVICE_ANOMALIES,
-    HEALTH_ALERTS,
-    DEAD_LETTERS,
-];
+use vigil_model::topology::{self, STAGES};
+pub use vigil_model::topology::{
+    Topic, DEAD_LETTERS, DEVICE_ANOMALIES, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS,
+    ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, HEALTH_ALERTS, ORDERS, PAYMENTS, PAYMENT_ANOMALIES, PAYMENT_METRICS,
+    TOPICS as DATA_TOPICS,
+};
 
 /// The topics of results a user reads: the embedded runtime prints the same records
 /// (dead letters aside, which are file lines there and topic records here).
@@ -72,23 +35,24 @@ pub const LATE_SIDE_OUTPUTS: [Topic; 2] = [DEVICE_EVENTS_LATE, ENRICHED_PAYMENTS
 
 /// The one-partition topic on which each global stage elects its active member (see
 /// `election`); no record is ever written to it.
-pub const LEADERSHIP: Topic = Topic { name: "vigil-leadership", schema: None, compacted: false };
+pub const LEADERSHIP: &str = "vigil-leadership";
 
-/// The services, each with one compacted changelog topic for its state.
-pub const SERVICES: [&str; 6] =
-    ["join-enrich", "payment-metrics", "payment-anomalies", "device-router", "device-analytics", "health-monitor"];
+/// The stages, each a service with one compacted changelog topic for its state.
+pub const SERVICES: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < STAGES.len() {
+        names[i] = STAGES[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// The largest task snapshot a changelog takes (Kafka's default is 1 MB; a join
 /// buffering a burst, or a global task whose inputs are skewed, can hold more).
 pub const MAX_SNAPSHOT_BYTES: &str = "33554432";
 
-pub fn changelog(service: &str) -> String {
-    format!("{service}-changelog")
-}
-
-pub fn by_name(name: &str) -> Option<Topic> {
-    DATA_TOPICS.into_iter().find(|t| t.name == name)
-}
+pub use vigil_model::topology::{changelog, repartition, topic_named as by_name};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
@@ -114,14 +78,17 @@ pub struct TopicSpec {
     pub partitions: u32,
 }
 
-/// Every topic Vigil uses, keyed topics with `partitions` partitions.
+/// Every topic Vigil uses, keyed topics with `partitions` partitions: the data topics,
+/// each stage's changelog and repartition topics, and the leadership topic.
 pub fn all_topics(partitions: u32) -> Vec<TopicSpec> {
     let keyed = |name: String, compacted| TopicSpec { name, compacted, partitions };
+    let repartitions = STAGES.iter().flat_map(|s| topology::repartitions(s).map(|(_, name)| name));
     DATA_TOPICS
         .iter()
-        .map(|t| keyed(t.name.to_string(), t.compacted))
-        .chain(SERVICES.iter().map(|s| keyed(changelog(s), true)))
-        .chain([TopicSpec { name: LEADERSHIP.name.to_string(), compacted: false, partitions: 1 }])
+        .map(|t| keyed(t.name.to_string(), false))
+        .chain(STAGES.iter().map(|s| keyed(changelog(s.name), true)))
+        .chain(repartitions.map(|name| keyed(name, false)))
+        .chain([TopicSpec { name: LEADERSHIP.to_string(), compacted: false, partitions: 1 }])
         .collect()
 }
 

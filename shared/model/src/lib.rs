@@ -1,4 +1,5 @@
-//! The seed's records, with its exact field names, and Vigil's configuration.
+//! The seed's records, with its exact field names, Vigil's configuration, and the
+//! pipeline's topology.
 //!
 //! Everything here is plain data: no I/O beyond reading a configuration file.
 
@@ -6,6 +7,7 @@ pub mod config;
 pub mod input;
 pub mod output;
 pub mod time;
+pub mod topology;
 
 pub use config::Config;
 pub use input::{DeviceEvent, EventType, InputRecord, InvalidRecord, Order, Payment, Source};

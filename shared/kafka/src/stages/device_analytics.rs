@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE, DEVICE_METRICS};
 use vigil_model::output::DeviceAnomaly;
+use vigil_model::topology;
 use vigil_model::{Config, DeviceEvent, Millis};
 use vigil_operators::{DeviceAnalytics, DeviceOutput};
 
@@ -17,24 +18,8 @@ pub struct DeviceAnalyticsService;
 impl Service for DeviceAnalyticsService {
     type Op = DeviceAnalytics;
 
-    fn name(&self) -> &'static str {
-        "device-analytics"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::PerPartition
-    }
-
-    fn inputs(&self, _: &Config) -> Vec<Input> {
-        vec![Input { topic: DEVICE_EVENTS_ONTIME, kind: InputKind::Upstream }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![DEVICE_METRICS, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        Vec::new()
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_DEVICE_ANALYTICS
     }
 
     fn operator(&self, config: &Config) -> DeviceAnalytics {
@@ -72,5 +57,9 @@ impl Service for DeviceAnalyticsService {
 
     fn is_late(&self, output: &DeviceOutput) -> bool {
         matches!(output, DeviceOutput::Late(_))
+    }
+
+    fn partition_key<'a>(&self, _: &'a <Self::Op as vigil_stream::Operator>::In) -> Option<&'a str> {
+        None
     }
 }

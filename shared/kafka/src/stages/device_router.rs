@@ -2,8 +2,9 @@
 //! `device-events-ontime`, late ones to the late side topic `device-events-late`.
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME};
+use vigil_model::topology;
 use vigil_model::{Config, DeviceEvent, InputRecord, Millis};
 use vigil_operators::{DeviceRouter, Routed};
 
@@ -13,25 +14,8 @@ pub struct DeviceRouterService;
 impl Service for DeviceRouterService {
     type Op = DeviceRouter;
 
-    fn name(&self) -> &'static str {
-        "device-router"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::PerPartition
-    }
-
-    fn inputs(&self, config: &Config) -> Vec<Input> {
-        let bound_ms = config.devices.out_of_order_bound_ms as Millis;
-        vec![Input { topic: DEVICE_EVENTS, kind: InputKind::Source { bound_ms } }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![DEVICE_EVENTS_ONTIME, DEVICE_EVENTS_LATE]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        vec![DEVICE_EVENTS_ONTIME, DEVICE_EVENTS_LATE]
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_DEVICE_ROUTER
     }
 
     fn operator(&self, config: &Config) -> DeviceRouter {
@@ -68,5 +52,9 @@ impl Service for DeviceRouterService {
 
     fn is_late(&self, output: &Routed) -> bool {
         matches!(output, Routed::Late(_))
+    }
+
+    fn partition_key<'a>(&self, record: &'a DeviceEvent) -> Option<&'a str> {
+        Some(&record.site_id)
     }
 }

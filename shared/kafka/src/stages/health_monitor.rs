@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, HEALTH_ALERTS};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, DEVICE_EVENTS_ONTIME, HEALTH_ALERTS};
 use vigil_model::output::HealthAlert;
+use vigil_model::topology;
 use vigil_model::{Config, Millis};
 use vigil_operators::{HealthInput, HealthMonitor};
 
@@ -17,27 +18,8 @@ pub struct HealthMonitorService;
 impl Service for HealthMonitorService {
     type Op = HealthMonitor;
 
-    fn name(&self) -> &'static str {
-        "health-monitor"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::Global
-    }
-
-    fn inputs(&self, _: &Config) -> Vec<Input> {
-        vec![
-            Input { topic: DEVICE_EVENTS_ONTIME, kind: InputKind::Upstream },
-            Input { topic: DEVICE_EVENTS_LATE, kind: InputKind::Upstream },
-        ]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![HEALTH_ALERTS]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        Vec::new()
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_HEALTH_MONITOR
     }
 
     fn operator(&self, config: &Config) -> HealthMonitor {
@@ -75,5 +57,9 @@ impl Service for HealthMonitorService {
 
     fn is_late(&self, _: &HealthAlert) -> bool {
         false
+    }
+
+    fn partition_key<'a>(&self, _: &'a <Self::Op as vigil_stream::Operator>::In) -> Option<&'a str> {
+        None
     }
 }

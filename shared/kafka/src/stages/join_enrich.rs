@@ -1,9 +1,10 @@
 //! join-enrich: orders ⋈ payments by order_id → `enriched-payments`, keyed by customer.
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, ENRICHED_PAYMENTS, ORDERS, PAYMENTS};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, ENRICHED_PAYMENTS, ORDERS};
 use vigil_model::output::EnrichedPayment;
+use vigil_model::topology;
 use vigil_model::{Config, InputRecord, Millis, Order, Payment};
 use vigil_operators::{JoinEnrich, JoinInput};
 
@@ -13,25 +14,8 @@ pub struct JoinEnrichService;
 impl Service for JoinEnrichService {
     type Op = JoinEnrich;
 
-    fn name(&self) -> &'static str {
-        "join-enrich"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::PerPartition
-    }
-
-    fn inputs(&self, config: &Config) -> Vec<Input> {
-        let kind = InputKind::Source { bound_ms: config.payment_bound_ms() };
-        vec![Input { topic: ORDERS, kind }, Input { topic: PAYMENTS, kind }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![ENRICHED_PAYMENTS]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        vec![ENRICHED_PAYMENTS]
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_JOIN_ENRICH
     }
 
     fn operator(&self, config: &Config) -> JoinEnrich {
@@ -65,5 +49,12 @@ impl Service for JoinEnrichService {
 
     fn is_late(&self, _: &EnrichedPayment) -> bool {
         false
+    }
+
+    fn partition_key<'a>(&self, record: &'a JoinInput) -> Option<&'a str> {
+        Some(match record {
+            JoinInput::Order(o) => &o.order_id,
+            JoinInput::Payment(p) => &p.order_id,
+        })
     }
 }

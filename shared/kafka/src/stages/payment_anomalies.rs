@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, PAYMENT_ANOMALIES};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, PAYMENT_ANOMALIES};
 use vigil_model::output::{EnrichedPayment, PaymentAnomaly};
+use vigil_model::topology;
 use vigil_model::{Config, Millis};
 use vigil_operators::{AnomalyOutput, PaymentAnomalies};
 
@@ -16,24 +17,8 @@ pub struct PaymentAnomaliesService;
 impl Service for PaymentAnomaliesService {
     type Op = PaymentAnomalies;
 
-    fn name(&self) -> &'static str {
-        "payment-anomalies"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::PerPartition
-    }
-
-    fn inputs(&self, _: &Config) -> Vec<Input> {
-        vec![Input { topic: ENRICHED_PAYMENTS, kind: InputKind::Upstream }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![PAYMENT_ANOMALIES, ENRICHED_PAYMENTS_LATE]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        Vec::new()
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_PAYMENT_ANOMALIES
     }
 
     fn operator(&self, config: &Config) -> PaymentAnomalies {
@@ -63,5 +48,9 @@ impl Service for PaymentAnomaliesService {
 
     fn is_late(&self, output: &AnomalyOutput) -> bool {
         matches!(output, AnomalyOutput::Late(_))
+    }
+
+    fn partition_key<'a>(&self, _: &'a <Self::Op as vigil_stream::Operator>::In) -> Option<&'a str> {
+        None
     }
 }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::service::{Input, InputKind, Outgoing, Parallelism, Service};
-use crate::topics::{Topic, ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, PAYMENT_METRICS};
+use crate::service::{Outgoing, Service};
+use crate::topics::{Topic, PAYMENT_METRICS};
 use vigil_model::output::EnrichedPayment;
+use vigil_model::topology;
 use vigil_model::{Config, Millis};
 use vigil_operators::{MetricsOutput, PaymentMetrics};
 
@@ -16,24 +17,8 @@ pub struct PaymentMetricsService;
 impl Service for PaymentMetricsService {
     type Op = PaymentMetrics;
 
-    fn name(&self) -> &'static str {
-        "payment-metrics"
-    }
-
-    fn parallelism(&self) -> Parallelism {
-        Parallelism::Global
-    }
-
-    fn inputs(&self, _: &Config) -> Vec<Input> {
-        vec![Input { topic: ENRICHED_PAYMENTS, kind: InputKind::Upstream }]
-    }
-
-    fn outputs(&self) -> Vec<Topic> {
-        vec![PAYMENT_METRICS, ENRICHED_PAYMENTS_LATE]
-    }
-
-    fn watermarked(&self) -> Vec<Topic> {
-        Vec::new()
+    fn spec(&self) -> topology::Stage {
+        topology::STAGE_PAYMENT_METRICS
     }
 
     fn operator(&self, config: &Config) -> PaymentMetrics {
@@ -61,5 +46,9 @@ impl Service for PaymentMetricsService {
 
     fn is_late(&self, output: &MetricsOutput) -> bool {
         matches!(output, MetricsOutput::Late(_))
+    }
+
+    fn partition_key<'a>(&self, _: &'a <Self::Op as vigil_stream::Operator>::In) -> Option<&'a str> {
+        None
     }
 }
