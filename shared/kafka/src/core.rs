@@ -10,11 +10,12 @@
 //! own key, plus one record of the task's own: its watermarks, its source clocks'
 //! progress, its upstream writers' watermarks and its ledger.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use vigil_model::{Config, Millis};
 use vigil_stream::changelog::{decode_value, Scalar, StateError, StateWrite, Stateful};
+use vigil_stream::partition::partition_for;
 use vigil_stream::source_clock::{Idleness, Progress, SourceClock};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
@@ -26,6 +27,12 @@ use crate::status::{Ledger, TaskStatus};
 /// The entry key of a task's own record in the changelog (operators' namespaces are
 /// small numbers; this one is theirs to never use).
 const TASK_RECORD: u8 = 0xFF;
+
+/// How many records in a row a task must find on the partition of their key before it
+/// says it forwards nothing (see [`TaskCore::on_input`]). Input keyed any other way
+/// is off its key's partition (n-1) times in n, so eight in a row in place by chance
+/// happen about once in 65 000 tasks with 4 partitions.
+const IN_PLACE_TO_DECIDE: u32 = 8;
 
 /// One input partition: (input index, partition).
 pub type Slot = (usize, i32);
@@ -39,6 +46,30 @@ pub enum Incoming<In> {
     Marker(Marker),
     /// Not a record of the input's schema: the shell sends it to the dead letters.
     Undecodable,
+}
+
+/// What became of an input record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routed {
+    /// Processed here (or it was a marker, or undecodable).
+    Done,
+    /// Not on the partition of its key: the shell writes its bytes to repartition input
+    /// `input`, partition `partition`, under `key`, where this stage reads it again.
+    Reroute { input: usize, partition: i32, key: String },
+    /// Not processed yet (its task waits for its repartition writers): the shell sends
+    /// nothing for it (no dead letter either), and, if `seek` says so, pauses the
+    /// partition and reads it again from there once [`TaskCore::flow`] resumes it.
+    Held { seek: Option<i64> },
+}
+
+/// What a source message says of how the input is keyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    InPlace,
+    /// Off its key's partition; its event time.
+    Off(Millis),
+    /// The partition ended.
+    Ended,
 }
 
 /// An output of a task's operator.
@@ -63,6 +94,8 @@ pub struct ChangelogWrite {
 pub struct CommitBatch {
     /// Markers for every partition of the watermarked topics.
     pub markers: Vec<Marker>,
+    /// Markers for every partition of this stage's repartition topics.
+    pub repartition_markers: Vec<Marker>,
     pub changelog: Vec<ChangelogWrite>,
     /// The next offset to read of each input partition.
     pub offsets: Vec<(Slot, i64)>,
@@ -97,6 +130,18 @@ struct Task<O> {
     /// Every input is idle: the task says so downstream instead of holding it back.
     idle: bool,
     sent_idle: bool,
+    /// What the task last said on the repartition topics: its source watermark.
+    sent_source_watermark: Millis,
+    sent_source_idle: bool,
+    /// The task forwards through the repartition topics until its source watermark
+    /// passes this (the latest rerouted record's event time plus the idle timeout);
+    /// before and after, it says it is idle there, so readers do not wait for it.
+    forwarding_until: Millis,
+    /// Whether it knows how its source input is keyed, and so what to say on the
+    /// repartition topics; until then it says nothing, and holds every reader back.
+    decided: bool,
+    /// Records found in place in a row while undecided.
+    in_place: u32,
     ledger: Ledger,
     committed_ledger: Ledger,
     /// The task record as last written, so an unchanged one is not written again.
@@ -109,11 +154,30 @@ struct TaskRecord {
     input_watermark: Millis,
     sent_watermark: Millis,
     sent_idle: bool,
+    #[serde(default = "no_watermark")]
+    sent_source_watermark: Millis,
+    #[serde(default)]
+    sent_source_idle: bool,
+    #[serde(default = "no_watermark")]
+    forwarding_until: Millis,
+    #[serde(default = "decided")]
+    decided: bool,
+    #[serde(default)]
+    in_place: u32,
     /// (input index, partition, progress) of source inputs.
     sources: Vec<(usize, i32, Progress)>,
     /// (input index, partition, writers) of upstream inputs.
     upstream: Vec<(usize, i32, Vec<Writer>)>,
     ledger: Ledger,
+}
+
+fn no_watermark() -> Millis {
+    NO_WATERMARK
+}
+
+/// Records written before repartitioning existed were of correctly keyed input.
+fn decided() -> bool {
+    true
 }
 
 pub struct TaskCore<S: Service> {
@@ -130,11 +194,34 @@ pub struct TaskCore<S: Service> {
     dirty: bool,
     scratch: Vec<<S::Op as Operator>::Out>,
     outputs: Vec<Emitted<<S::Op as Operator>::Out>>,
+    /// Input partitions held back: running ahead of their task, or waiting for it to
+    /// hear from its repartition writers.
+    paused: BTreeSet<Slot>,
+    /// Where each held-back source partition is to be read again from.
+    held: BTreeMap<Slot, i64>,
+    /// How far each held-back source partition has been looked at (records looked at
+    /// while their task is undecided count towards its decision, once).
+    looked: BTreeMap<Slot, i64>,
+    max_skew_ms: Millis,
+    /// How long after its last rerouted record a task still counts as forwarding.
+    forwarding_ms: Millis,
+}
+
+/// Input partitions to pause and to resume.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    pub pause: Vec<Slot>,
+    /// Paused partitions to read again from an earlier offset (held ones that were
+    /// looked ahead on).
+    pub rewind: Vec<(Slot, i64)>,
+    pub resume: Vec<Slot>,
 }
 
 impl<S: Service> TaskCore<S> {
     pub fn new(service: S, config: Config) -> Self {
         let partitions = config.runtime.partitions as i32;
+        let max_skew_ms = config.runtime.max_partition_skew_ms as Millis;
+        let forwarding_ms = config.runtime.idle_timeout_ms as Millis;
         let inputs = service.inputs(&config);
         let mut core = TaskCore {
             parallelism: service.parallelism(),
@@ -150,6 +237,11 @@ impl<S: Service> TaskCore<S> {
             dirty: false,
             scratch: Vec::new(),
             outputs: Vec::new(),
+            paused: BTreeSet::new(),
+            held: BTreeMap::new(),
+            looked: BTreeMap::new(),
+            max_skew_ms,
+            forwarding_ms,
         };
         core.reset_clocks();
         core
@@ -176,9 +268,11 @@ impl<S: Service> TaskCore<S> {
         self.tasks.keys().copied()
     }
 
-    /// The next offset to read of an input partition, if known.
+    /// The next offset of an input partition not yet read (records looked at and
+    /// held count as read), if known.
     pub fn position(&self, slot: Slot) -> Option<i64> {
-        self.positions.get(&slot).copied()
+        let looked = self.looked.get(&slot).copied();
+        self.positions.get(&slot).copied().max(looked)
     }
 
     /// Every input partition, as (input index, partition), of the whole stage.
@@ -198,15 +292,12 @@ impl<S: Service> TaskCore<S> {
             .iter()
             .map(|i| match i.kind {
                 InputKind::Source { bound_ms } => Some(SourceClock::new(n, bound_ms, Idleness::Marked)),
-                InputKind::Upstream => None,
+                InputKind::Upstream | InputKind::Repartition { .. } => None,
             })
             .collect();
-        // Every upstream task writes every partition; there is one per partition.
-        self.upstream = self
-            .inputs
-            .iter()
-            .map(|i| matches!(i.kind, InputKind::Upstream).then(|| UpstreamWatermarks::new(n, n)))
-            .collect();
+        // Every writing task writes every partition; there is one per partition (of
+        // the upstream stage, or of this one for its repartition topics).
+        self.upstream = self.inputs.iter().map(|i| (!i.is_source()).then(|| UpstreamWatermarks::new(n, n))).collect();
     }
 
     // --- assignment and restore -------------------------------------------------------
@@ -231,6 +322,9 @@ impl<S: Service> TaskCore<S> {
     /// Every partition taken away: nothing of them is kept (their next owner restores
     /// them from the changelog and redoes the uncommitted work).
     pub fn revoke_all(&mut self) {
+        self.paused.clear();
+        self.held.clear();
+        self.looked.clear();
         self.tasks.clear();
         self.positions.clear();
         self.committed.clear();
@@ -259,11 +353,19 @@ impl<S: Service> TaskCore<S> {
             sent_watermark: NO_WATERMARK,
             idle: false,
             sent_idle: false,
+            sent_source_watermark: NO_WATERMARK,
+            sent_source_idle: false,
+            forwarding_until: NO_WATERMARK,
+            decided: false,
+            in_place: 0,
             ledger: Ledger::default(),
             committed_ledger: Ledger::default(),
             written: Scalar::default(),
         };
         self.tasks.insert(task, task_state);
+        // Commit once even without input, so the task's first markers tell its readers
+        // where it stands.
+        self.dirty = true;
     }
 
     /// One changelog entry of `task` (its key without the task prefix).
@@ -298,6 +400,11 @@ impl<S: Service> TaskCore<S> {
         t.sent_watermark = r.sent_watermark;
         t.idle = r.sent_idle;
         t.sent_idle = r.sent_idle;
+        t.sent_source_watermark = r.sent_source_watermark;
+        t.sent_source_idle = r.sent_source_idle;
+        t.forwarding_until = r.forwarding_until;
+        t.decided = r.decided;
+        t.in_place = r.in_place;
         t.ledger = r.ledger;
         t.committed_ledger = r.ledger;
         t.written.restored(bytes);
@@ -312,19 +419,33 @@ impl<S: Service> TaskCore<S> {
     // --- processing -------------------------------------------------------------------
 
     /// One message of an input partition, at `offset`.
+    ///
+    /// A task reads no record of its source partitions while a writer of its
+    /// repartition partitions holds them at "no watermark": until then it cannot tell
+    /// whether records of its keys are on their way there, and its watermark would run
+    /// ahead of them. Every task is such a writer, and says nothing there until it
+    /// knows how its own source input is keyed: it looks ahead (holding what it looks
+    /// at) until a record is off its key's partition (it forwards), eight in a row are
+    /// in place (it does not), or the partition ends or goes idle. So correctly keyed
+    /// input is judged exactly as the embedded runtime judges it, and misplaced input
+    /// against the watermarks of the tasks forwarding it.
     pub fn on_input(
         &mut self,
         slot: Slot,
         offset: i64,
         incoming: Incoming<<S::Op as Operator>::In>,
-    ) -> Result<(), CoreError> {
+    ) -> Result<Routed, CoreError> {
         let (input, partition) = slot;
         let id = self.parallelism.task_of(partition);
         if !self.tasks.contains_key(&id) {
             return Err(CoreError::NotAssigned { input, partition });
         }
+        if self.inputs[input].is_source() && (self.held.contains_key(&slot) || self.waiting(id)) {
+            return Ok(self.hold(id, slot, offset, &incoming));
+        }
         self.positions.insert(slot, offset + 1);
         self.dirty = true;
+        let mut routed = Routed::Done;
         match incoming {
             Incoming::Marker(marker) => self.on_marker(slot, marker),
             Incoming::Undecodable => {
@@ -334,23 +455,99 @@ impl<S: Service> TaskCore<S> {
                 task.ledger.written += 1;
             }
             Incoming::Record { record, event_ts } => {
-                let task = self.tasks.get_mut(&id).expect("checked above");
-                task.ledger.read += 1;
-                task.operator.on_record(record, &mut self.scratch);
-                // A record is late if the operator sent it to a late side output.
-                if self.scratch.iter().any(|o| self.service.is_late(o)) {
-                    task.ledger.late += 1;
-                } else {
-                    task.ledger.on_time += 1;
-                }
                 if let Some(clock) = &mut self.clocks[input] {
                     clock.observe(partition as usize, event_ts);
                 }
-                self.collect(id);
+                match self.misplaced(slot, &record) {
+                    Some(reroute) => {
+                        self.learn_placement(id, Placement::Off(event_ts));
+                        self.tasks.get_mut(&id).expect("checked above").ledger.rerouted += 1;
+                        routed = reroute;
+                    }
+                    None => {
+                        if self.inputs[input].is_source() {
+                            self.learn_placement(id, Placement::InPlace);
+                        }
+                        self.process(id, record)
+                    }
+                }
             }
         }
         self.advance_watermarks();
-        Ok(())
+        Ok(routed)
+    }
+
+    /// A source message its task may not read yet: looked at once (towards the task's
+    /// decision), then held.
+    fn hold(&mut self, id: i32, slot: Slot, offset: i64, incoming: &Incoming<<S::Op as Operator>::In>) -> Routed {
+        let from = *self.held.entry(slot).or_insert(offset);
+        let looked = self.looked.entry(slot).or_insert(offset);
+        if offset >= *looked {
+            *looked = offset + 1;
+            let placement = match incoming {
+                Incoming::Record { record, event_ts } => match self.misplaced(slot, record) {
+                    Some(_) => Placement::Off(*event_ts),
+                    None => Placement::InPlace,
+                },
+                Incoming::Marker(m) if m.task.is_none() => Placement::Ended,
+                _ => return self.held_or_rewound(id, slot, from),
+            };
+            self.learn_placement(id, placement);
+        }
+        self.held_or_rewound(id, slot, from)
+    }
+
+    /// Held while its task is undecided (looking ahead), then paused and rewound.
+    fn held_or_rewound(&mut self, id: i32, slot: Slot, from: i64) -> Routed {
+        if !self.tasks[&id].decided {
+            return Routed::Held { seek: None };
+        }
+        self.paused.insert(slot);
+        Routed::Held { seek: Some(from) }
+    }
+
+    /// What one more source message tells a task about how its input is keyed (see
+    /// [`TaskCore::on_input`]).
+    fn learn_placement(&mut self, id: i32, placement: Placement) {
+        let forwarding_ms = self.forwarding_ms;
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        if let Placement::Off(event_ts) = placement {
+            task.forwarding_until = task.forwarding_until.max(event_ts.saturating_add(forwarding_ms));
+        }
+        if task.decided {
+            return;
+        }
+        task.in_place += 1;
+        task.decided = placement != Placement::InPlace || task.in_place >= IN_PLACE_TO_DECIDE;
+        self.dirty |= task.decided;
+    }
+
+    /// A source record on another partition than its key's goes through the stage's
+    /// repartition topic to the task that owns its key, as Kafka Streams re-keys.
+    fn misplaced(&self, (input, partition): Slot, record: &<S::Op as Operator>::In) -> Option<Routed> {
+        if !self.inputs[input].is_source() {
+            return None;
+        }
+        let key = self.service.partition_key(record)?;
+        let home = partition_for(key.as_bytes(), self.partitions as u32) as i32;
+        if home == partition {
+            return None;
+        }
+        let via = self.inputs.iter().position(|i| i.kind == InputKind::Repartition { source: input })?;
+        Some(Routed::Reroute { input: via, partition: home, key: key.to_string() })
+    }
+
+    fn process(&mut self, id: i32, record: <S::Op as Operator>::In) {
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        task.ledger.read += 1;
+        task.operator.on_record(record, &mut self.scratch);
+        // A record is late if the operator sent it to a late side output.
+        if self.scratch.iter().any(|o| self.service.is_late(o)) {
+            task.ledger.late += 1;
+        } else {
+            task.ledger.on_time += 1;
+        }
+        self.collect(id);
     }
 
     fn on_marker(&mut self, (input, p): Slot, marker: Marker) {
@@ -361,12 +558,31 @@ impl<S: Service> TaskCore<S> {
         }
     }
 
-    /// A source partition with nothing to read for a while (the shell's judgement):
-    /// its task leaves it out until its next record.
+    /// Whether a writer of a task's repartition partitions holds them at "no
+    /// watermark" (see [`TaskCore::on_input`]).
+    fn waiting(&self, id: i32) -> bool {
+        self.slots_of(id).into_iter().any(|(i, p)| {
+            self.inputs[i].is_repartition()
+                && self.upstream[i].as_ref().and_then(|u| u.watermark(p as usize)) == Some(NO_WATERMARK)
+        })
+    }
+
+    /// A source or repartition partition with nothing to read for a while (the
+    /// shell's judgement). A source partition is left out of its task's watermark
+    /// until its next record, and its task, if undecided, takes what it read for how
+    /// its input is keyed. On a repartition partition, writers still at "no
+    /// watermark" are taken for idle (gone, or their markers gone with the topic's
+    /// retention).
     pub fn mark_idle(&mut self, (input, p): Slot) {
-        let changed = match &mut self.clocks[input] {
-            Some(clock) => clock.mark_idle(p as usize, true),
-            None => false,
+        let changed = match (&mut self.clocks[input], &mut self.upstream[input]) {
+            (Some(clock), _) => {
+                if let Some(task) = self.tasks.get_mut(&self.parallelism.task_of(p)) {
+                    self.dirty |= !std::mem::replace(&mut task.decided, true);
+                }
+                clock.mark_idle(p as usize, true)
+            }
+            (_, Some(u)) if self.inputs[input].is_repartition() => u.stalled_are_idle(p as usize),
+            _ => false,
         };
         if changed {
             self.advance_watermarks();
@@ -416,6 +632,59 @@ impl<S: Service> TaskCore<S> {
         self.outputs.drain(..)
     }
 
+    // --- flow control -----------------------------------------------------------------
+
+    /// Partitions whose watermark runs more than the allowed skew ahead of their task's
+    /// are paused, and resumed once back within half of it (the gap keeps a partition
+    /// from being paused and resumed over and over: a resumed partition is fetched
+    /// afresh). The partition holding its task back is never ahead, so a task always
+    /// has input to make progress with.
+    /// Held source partitions of a task waiting for its repartition writers stay
+    /// paused until it can read them (those looked ahead on are rewound first).
+    pub fn flow(&mut self) -> Flow {
+        let (mut hold, mut looking) = (BTreeSet::new(), BTreeSet::new());
+        let mut flow = Flow::default();
+        for (&id, task) in &self.tasks {
+            let waiting = self.waiting(id);
+            for slot in self.slots_of(id) {
+                let own = match (&self.clocks[slot.0], &self.upstream[slot.0]) {
+                    (Some(clock), _) => clock.partition_watermark(slot.1 as usize),
+                    (_, Some(u)) => u.watermark(slot.1 as usize),
+                    _ => None,
+                };
+                let ahead = own.map_or(0, |w| w.saturating_sub(task.input_watermark));
+                let limit = if self.paused.contains(&slot) { self.max_skew_ms / 2 } else { self.max_skew_ms };
+                let skewed = task.input_watermark != NO_WATERMARK && ahead > limit;
+                let paused = self.paused.contains(&slot);
+                let keep = match self.held.get(&slot) {
+                    None => false,
+                    // Still looked ahead on, for the task's decision.
+                    Some(_) if !task.decided => {
+                        looking.insert(slot);
+                        false
+                    }
+                    Some(&from) if !paused => {
+                        flow.rewind.push((slot, from));
+                        true
+                    }
+                    Some(_) => waiting,
+                };
+                if skewed || keep {
+                    hold.insert(slot);
+                }
+            }
+        }
+        flow.pause = hold.difference(&self.paused).copied().collect();
+        flow.resume = self.paused.difference(&hold).copied().collect();
+        self.held.retain(|slot, _| hold.contains(slot) || looking.contains(slot));
+        self.paused = hold;
+        flow
+    }
+
+    pub fn paused(&self) -> usize {
+        self.paused.len()
+    }
+
     // --- commit and abort -------------------------------------------------------------
 
     /// The markers, changelog writes and offsets of a commit. Calling it again before
@@ -427,7 +696,15 @@ impl<S: Service> TaskCore<S> {
         for id in ids {
             let record = self.task_record(id);
             let partition = id % self.partitions;
+            let source = self.source_watermark(id);
             let task = self.tasks.get_mut(&id).expect("a listed task");
+            if let Some((watermark, idle)) = source {
+                if watermark > task.sent_source_watermark || idle != task.sent_source_idle {
+                    batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle });
+                    task.sent_source_watermark = task.sent_source_watermark.max(watermark);
+                    task.sent_source_idle = idle;
+                }
+            }
             let out_watermark = task.operator.output_watermark();
             if out_watermark > task.sent_watermark || task.idle != task.sent_idle {
                 batch.markers.push(Marker { task: Some(id as u32), watermark: out_watermark, idle: task.idle });
@@ -435,7 +712,13 @@ impl<S: Service> TaskCore<S> {
                 task.sent_idle = task.idle;
             }
             task.operator.drain_changes(&mut writes);
-            let record = TaskRecord { sent_watermark: task.sent_watermark, sent_idle: task.sent_idle, ..record };
+            let record = TaskRecord {
+                sent_watermark: task.sent_watermark,
+                sent_idle: task.sent_idle,
+                sent_source_watermark: task.sent_source_watermark,
+                sent_source_idle: task.sent_source_idle,
+                ..record
+            };
             task.written.write_if_changed(vec![TASK_RECORD], &record, &mut writes);
             batch.changelog.extend(writes.drain(..).map(|StateWrite { key, value }| ChangelogWrite {
                 partition,
@@ -447,12 +730,41 @@ impl<S: Service> TaskCore<S> {
         batch
     }
 
+    /// What a task says on the repartition topics (it writes them from its source
+    /// partitions): "no watermark" while undecided (see [`TaskCore::on_input`]), then
+    /// the lowest watermark of its active source partitions, and whether it is idle
+    /// there — it is, unless it has rerouted records lately, so stages fed correctly
+    /// keyed input never wait on their repartition topics. `None` for a stage without
+    /// source inputs.
+    fn source_watermark(&self, id: i32) -> Option<(Millis, bool)> {
+        let mut sources = self
+            .slots_of(id)
+            .into_iter()
+            .filter_map(|(i, p)| Some(self.clocks[i].as_ref()?.partition_watermark(p as usize)))
+            .peekable();
+        sources.peek()?;
+        let task = &self.tasks[&id];
+        if !task.decided {
+            return Some((NO_WATERMARK, false));
+        }
+        let active: Vec<Millis> = sources.flatten().collect();
+        // A forwarding task is never at "no watermark" itself, which means undecided.
+        let watermark = active.iter().copied().min().unwrap_or(task.sent_source_watermark).max(NO_WATERMARK + 1);
+        let forwarding = task.forwarding_until != NO_WATERMARK && task.forwarding_until >= watermark;
+        Some((watermark, active.is_empty() || !forwarding))
+    }
+
     fn task_record(&self, id: i32) -> TaskRecord {
         let task = &self.tasks[&id];
         let mut record = TaskRecord {
             input_watermark: task.input_watermark,
             sent_watermark: task.sent_watermark,
             sent_idle: task.sent_idle,
+            sent_source_watermark: task.sent_source_watermark,
+            sent_source_idle: task.sent_source_idle,
+            forwarding_until: task.forwarding_until,
+            decided: task.decided,
+            in_place: task.in_place,
             sources: Vec::new(),
             upstream: Vec::new(),
             ledger: task.ledger,
@@ -481,10 +793,12 @@ impl<S: Service> TaskCore<S> {
     /// (the shell restores the tasks listed), every input to its committed offset.
     pub fn abort(&mut self) -> Rewind {
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
-        let mut seeks: Vec<(Slot, Option<i64>)> =
-            self.positions.keys().map(|slot| (*slot, self.committed.get(slot).copied())).collect();
-        seeks.sort_unstable();
+        let read: BTreeSet<Slot> = self.positions.keys().chain(self.held.keys()).copied().collect();
+        let seeks: Vec<(Slot, Option<i64>)> =
+            read.into_iter().map(|slot| (slot, self.committed.get(&slot).copied())).collect();
         self.positions = self.committed.clone();
+        self.held.clear();
+        self.looked.clear();
         self.outputs.clear();
         self.dirty = false;
         for &task in &tasks {

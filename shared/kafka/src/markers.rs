@@ -84,6 +84,18 @@ impl UpstreamWatermarks {
         }
     }
 
+    /// Writers still at "no watermark" (not heard from, or not yet sure what they
+    /// will say) are taken for idle: their partition has long had nothing to read.
+    /// Whether that changed anything.
+    pub fn stalled_are_idle(&mut self, partition: usize) -> bool {
+        let mut changed = false;
+        for w in self.partitions[partition].iter_mut().filter(|w| !w.idle && w.watermark == NO_WATERMARK) {
+            w.idle = true;
+            changed = true;
+        }
+        changed
+    }
+
     /// `None` while every writer of the partition is idle.
     pub fn watermark(&self, partition: usize) -> Option<Millis> {
         self.partitions[partition].iter().filter(|w| !w.idle).map(|w| w.watermark).min()
@@ -151,5 +163,17 @@ mod tests {
         assert_eq!(restored.watermark(0), None);
         restored.update(0, 2, 6_500, false);
         assert_eq!(restored.watermark(0), Some(6_500));
+    }
+
+    #[test]
+    fn writers_stalled_at_no_watermark_can_be_taken_for_idle() {
+        let mut u = UpstreamWatermarks::new(1, 3);
+        u.update(0, 0, 5_000, false);
+        u.update(0, 1, NO_WATERMARK, false);
+        assert!(u.stalled_are_idle(0));
+        assert_eq!(u.watermark(0), Some(5_000), "the silent and the undecided writer no longer hold it back");
+        assert!(!u.stalled_are_idle(0), "nothing left to change");
+        u.update(0, 2, 4_000, false);
+        assert_eq!(u.watermark(0), Some(4_000), "a writer counts again once it speaks");
     }
 }

@@ -32,6 +32,8 @@ pub struct MetricsRegistry {
     changelog_records: IntCounterVec,
     changelog_bytes: IntCounterVec,
     restore_seconds: GaugeVec,
+    rerouted: IntCounterVec,
+    paused: IntGaugeVec,
 }
 
 impl MetricsRegistry {
@@ -111,6 +113,12 @@ impl MetricsRegistry {
                 &member,
             ),
             restore_seconds: gauges("restore_seconds", "How long the member's last task restore took"),
+            paused: int_gauges("paused_partitions", "Input partitions paused for running ahead of their task"),
+            rerouted: counters(
+                "rerouted_records_total",
+                "Source records off their key's partition, sent through the stage's repartition topic",
+                &member,
+            ),
             registry,
         })
     }
@@ -137,6 +145,8 @@ impl MetricsRegistry {
             changelog_records: self.changelog_records.with_label_values(&l),
             changelog_bytes: self.changelog_bytes.with_label_values(&l),
             restore_seconds: self.restore_seconds.with_label_values(&l),
+            rerouted: self.rerouted.with_label_values(&l),
+            paused: self.paused.with_label_values(&l),
         }
     }
 
@@ -180,6 +190,8 @@ pub struct MemberMetrics {
     pub changelog_records: IntCounter,
     pub changelog_bytes: IntCounter,
     pub restore_seconds: Gauge,
+    pub rerouted: IntCounter,
+    pub paused: IntGauge,
 }
 
 impl MemberMetrics {

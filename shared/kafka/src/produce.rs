@@ -23,10 +23,40 @@ pub fn topic_of(source: Source) -> Topic {
     }
 }
 
+/// How input records are keyed (and so partitioned) as they are produced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Keying {
+    /// By the key the stages join on (order_id; site_id for device events), as Vigil's
+    /// stages want them: every record lands where its stage reads it directly.
+    #[default]
+    Join,
+    /// No key, as many producers and command-line tools send records: partitions
+    /// picked at random, so the stages re-key them through their repartition topics.
+    None,
+    /// By another field (orders by customer_id, payments by payment_id, device events
+    /// by device_id).
+    Other,
+}
+
+impl Keying {
+    fn key_of(self, record: &InputRecord) -> Option<&str> {
+        match (self, record) {
+            (Keying::None, _) => None,
+            (Keying::Join, InputRecord::Order(o)) => Some(&o.order_id),
+            (Keying::Join, InputRecord::Payment(p)) => Some(&p.order_id),
+            (Keying::Join, InputRecord::Device(d)) => Some(&d.site_id),
+            (Keying::Other, InputRecord::Order(o)) => Some(&o.customer_id),
+            (Keying::Other, InputRecord::Payment(p)) => Some(&p.payment_id),
+            (Keying::Other, InputRecord::Device(d)) => Some(&d.device_id),
+        }
+    }
+}
+
 pub struct InputProducer {
     producer: Kafka,
     codec: Codec,
     partitions: i32,
+    keying: Keying,
 }
 
 impl InputProducer {
@@ -38,43 +68,45 @@ impl InputProducer {
             .set("linger.ms", "10")
             .create()
             .context("cannot create the Kafka producer")?;
-        Ok(InputProducer { producer, codec: Codec::new(registry_url)?, partitions: partitions as i32 })
+        Ok(InputProducer {
+            producer,
+            codec: Codec::new(registry_url)?,
+            partitions: partitions as i32,
+            keying: Keying::Join,
+        })
+    }
+
+    pub fn keyed(self, keying: Keying) -> Self {
+        InputProducer { keying, ..self }
     }
 
     /// Sends one NDJSON line of `source`. A line that is a record of the stream goes
     /// as Avro, even if a rule rejects it later (say, a negative amount); a line that
     /// is not goes as its raw bytes, so the service's dead-letter path sees both.
     pub fn send_line(&self, source: Source, line: &str) -> Result<()> {
-        let topic = topic_of(source);
-        let (key, value) = match source {
-            Source::Orders => match serde_json::from_str::<Order>(line) {
-                Ok(o) => (Some(o.order_id.clone()), self.codec.encode(topic, &o)?),
-                Err(_) => (None, line.as_bytes().to_vec()),
-            },
-            Source::Payments => match serde_json::from_str::<Payment>(line) {
-                Ok(p) => (Some(p.order_id.clone()), self.codec.encode(topic, &p)?),
-                Err(_) => (None, line.as_bytes().to_vec()),
-            },
-            Source::Devices => match serde_json::from_str::<DeviceEvent>(line) {
-                Ok(d) => (Some(d.site_id.clone()), self.codec.encode(topic, &d)?),
-                Err(_) => (None, line.as_bytes().to_vec()),
-            },
+        let record = match source {
+            Source::Orders => serde_json::from_str::<Order>(line).map(InputRecord::Order),
+            Source::Payments => serde_json::from_str::<Payment>(line).map(InputRecord::Payment),
+            Source::Devices => serde_json::from_str::<DeviceEvent>(line).map(InputRecord::Device),
         };
-        let mut record = BaseRecord::<str, [u8]>::to(topic.name).payload(&value);
-        if let Some(key) = &key {
-            record = record.key(key.as_str());
+        match record {
+            Ok(record) => self.send_record(&record),
+            Err(_) => self.send(BaseRecord::<str, [u8]>::to(topic_of(source).name).payload(line.as_bytes())),
         }
-        self.send(record)
     }
 
-    /// Sends one record as Avro, keyed as its stream's topic is keyed.
+    /// Sends one record as Avro, keyed as this producer keys.
     pub fn send_record(&self, record: &InputRecord) -> Result<()> {
-        let (topic, key, value) = match record {
-            InputRecord::Order(o) => (ORDERS, &o.order_id, self.codec.encode(ORDERS, o)?),
-            InputRecord::Payment(p) => (PAYMENTS, &p.order_id, self.codec.encode(PAYMENTS, p)?),
-            InputRecord::Device(d) => (DEVICE_EVENTS, &d.site_id, self.codec.encode(DEVICE_EVENTS, d)?),
+        let (topic, value) = match record {
+            InputRecord::Order(o) => (ORDERS, self.codec.encode(ORDERS, o)?),
+            InputRecord::Payment(p) => (PAYMENTS, self.codec.encode(PAYMENTS, p)?),
+            InputRecord::Device(d) => (DEVICE_EVENTS, self.codec.encode(DEVICE_EVENTS, d)?),
         };
-        self.send(BaseRecord::to(topic.name).key(key.as_str()).payload(&value))
+        let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(&value);
+        if let Some(key) = self.keying.key_of(record) {
+            out = out.key(key);
+        }
+        self.send(out)
     }
 
     /// Records already in the input topics (every partition's end offset, summed).

@@ -2,6 +2,7 @@
 //! partition's end (read_committed, so an aborted transaction's writes never come
 //! back), in order, the task's own entries handed to the core.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -34,22 +35,23 @@ impl ClientContext for QuietEof {
 impl ConsumerContext for QuietEof {}
 
 /// What a restore read.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Restored {
-    /// Records of the partition read (every task's, tombstones included).
+    /// Records of the partitions read (every task's, tombstones included).
     pub records: u64,
-    /// Entries of this task handed over.
-    pub entries: u64,
+    /// Entries handed over, per task.
+    pub entries: BTreeMap<i32, u64>,
 }
 
-/// Feeds `apply` every entry of `task` in `changelog` partition `partition`, in order.
-pub fn read_task(
+/// Feeds `apply` every entry of the given tasks, each in its changelog partition
+/// (`task % partitions`), in order; all partitions are read at once.
+pub fn read_tasks(
     bootstrap_servers: &str,
     group_id: &str,
     changelog: &str,
-    partition: i32,
-    task: i32,
-    mut apply: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
+    partitions: i32,
+    tasks: &[i32],
+    mut apply: impl FnMut(i32, &[u8], Option<&[u8]>) -> Result<()>,
 ) -> Result<Restored> {
     let reader: BaseConsumer<QuietEof> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap_servers)
@@ -57,32 +59,42 @@ pub fn read_task(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        // Large fetches: a restore reads a whole partition as fast as it can.
+        // Large fetches: a restore reads whole partitions as fast as it can.
         .set("fetch.max.bytes", "52428800")
         .set("max.partition.fetch.bytes", "52428800")
         .set("queued.max.messages.kbytes", "262144")
+        .set("fetch.wait.max.ms", "10")
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
+    let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(changelog, partition, Offset::Beginning)?;
+    for &p in &pending {
+        tpl.add_partition_offset(changelog, p, Offset::Beginning)?;
+    }
     reader.assign(&tpl)?;
+    let wanted: BTreeSet<i32> = tasks.iter().copied().collect();
     let deadline = Instant::now() + RESTORE_LIMIT;
     let mut restored = Restored::default();
-    loop {
+    while !pending.is_empty() {
         if Instant::now() > deadline {
-            bail!("restoring task {task} from `{changelog}` took over {RESTORE_LIMIT:?}; is a transaction stuck open?");
+            bail!("restoring from `{changelog}` took over {RESTORE_LIMIT:?}; is a transaction stuck open?");
         }
-        match reader.poll(Duration::from_millis(500)) {
+        match reader.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 restored.records += 1;
-                if let Some(entry) = m.key().and_then(|k| entry_of(task, k)) {
-                    restored.entries += 1;
-                    apply(entry, m.payload())?;
+                let Some(key) = m.key() else { continue };
+                let Some(task) = key.get(..4).map(|t| i32::from_be_bytes([t[0], t[1], t[2], t[3]])) else { continue };
+                if let (true, Some(entry)) = (wanted.contains(&task), entry_of(task, key)) {
+                    *restored.entries.entry(task).or_default() += 1;
+                    apply(task, entry, m.payload())?;
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(restored),
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                pending.remove(&p);
+            }
             Some(Err(e)) => return Err(anyhow!(e).context(format!("cannot read `{changelog}`"))),
             None => {}
         }
     }
+    Ok(restored)
 }

@@ -28,7 +28,7 @@ use tracing::{info, warn};
 use vigil_model::output::RecordType;
 
 use crate::codec::{Codec, CodecError};
-use crate::core::{CommitBatch, Incoming, Rewind, Slot, TaskCore};
+use crate::core::{CommitBatch, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
 use crate::group::{GroupContext, RebalanceLog, SharedLog};
 use crate::markers;
@@ -36,7 +36,7 @@ use crate::metrics::{now_ms, MemberMetrics};
 use crate::observe::Beat;
 use crate::produce::{self, Kafka};
 use crate::restore;
-use crate::service::{Parallelism, Service};
+use crate::service::{InputKind, Parallelism, Service};
 pub use crate::settings::{Common, Settings};
 use crate::status::{Commit, Role, SharedStatus};
 use crate::topics::{self, Topic, DEAD_LETTERS};
@@ -103,9 +103,9 @@ pub struct Runner<S: Service> {
     producer: Kafka,
     rebalances: SharedLog,
     core: TaskCore<S>,
-    /// The input topics by index, the topics that carry this stage's watermark, and
-    /// its changelog.
-    topics: Vec<Topic>,
+    /// The input topics' names and record types by index, the topics that carry this
+    /// stage's watermark, and its changelog.
+    topics: Vec<(String, Topic)>,
     watermarked: Vec<Topic>,
     changelog: String,
     /// When each assigned source partition last delivered anything, for idleness.
@@ -149,20 +149,20 @@ impl<S: Service> Runner<S> {
         let partitions = settings.config.runtime.partitions;
         let core = TaskCore::new(service, settings.config.clone());
         let service = core.service();
-        let topics: Vec<Topic> = core.inputs().iter().map(|i| i.topic).collect();
-        let mut names: Vec<String> = topics.iter().map(|t| t.name.to_string()).collect();
+        let topics: Vec<(String, Topic)> = core.inputs().iter().map(|i| (i.name.clone(), i.records)).collect();
+        let mut names: Vec<String> = topics.iter().map(|(name, _)| name.clone()).collect();
         names.extend(service.outputs().iter().map(|t| t.name.to_string()));
         names.push(DEAD_LETTERS.name.to_string());
         names.push(topics::changelog(service.name()));
         topics::check(&consumer, &names, partitions)?;
         let Observers { metrics, status, beat } = observers;
-        let records_in = topics.iter().map(|t| metrics.records_in(t.name)).collect();
+        let records_in = topics.iter().map(|(name, _)| metrics.records_in(name)).collect();
         let records_out =
             service.outputs().iter().chain([&DEAD_LETTERS]).map(|t| (t.name, metrics.records_out(t.name))).collect();
         Ok(Runner {
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
-            idle_after: Duration::from_millis(settings.config.runtime.idle_timeout_ms),
+            idle_after: Duration::from_millis(settings.config.runtime.idle_wall_clock_ms),
             settings,
             codec,
             metrics,
@@ -191,7 +191,7 @@ impl<S: Service> Runner<S> {
         match self.core.service().parallelism() {
             Parallelism::PerPartition => {
                 self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
-                let names: Vec<&str> = self.topics.iter().map(|t| t.name).collect();
+                let names: Vec<&str> = self.topics.iter().map(|(name, _)| name.as_str()).collect();
                 self.consumer.subscribe(&names).context("cannot subscribe")?;
                 self.set_role(Role::Active);
                 self.log_running();
@@ -245,7 +245,7 @@ impl<S: Service> Runner<S> {
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         let mut tpl = TopicPartitionList::new();
         for (i, p) in self.core.all_slots() {
-            tpl.add_partition(self.topics[i].name, p);
+            tpl.add_partition(&self.topics[i].0, p);
         }
         self.consumer.assign(&tpl).context("cannot assign the input partitions")?;
         let all: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
@@ -292,6 +292,7 @@ impl<S: Service> Runner<S> {
                 None => {}
             }
             self.emit()?;
+            self.apply_flow()?;
             self.metrics.set_watermark(self.core.lowest_watermark());
             if self.core.is_dirty() && self.last_commit.elapsed() >= self.settings.commit_interval {
                 self.commit()?;
@@ -339,7 +340,7 @@ impl<S: Service> Runner<S> {
     }
 
     fn slot_of(&self, topic: &str, partition: i32) -> Option<Slot> {
-        self.topics.iter().position(|t| t.name == topic).map(|i| (i, partition))
+        self.topics.iter().position(|(name, _)| name == topic).map(|i| (i, partition))
     }
 
     /// Restores the tasks of newly assigned partitions and learns where to read from.
@@ -359,7 +360,8 @@ impl<S: Service> Runner<S> {
             })
             .collect();
         for &slot in &slots {
-            if self.core.inputs()[slot.0].is_source() {
+            let input = &self.core.inputs()[slot.0];
+            if input.is_source() || input.is_repartition() {
                 self.last_heard.insert(slot, Instant::now());
             }
         }
@@ -369,35 +371,39 @@ impl<S: Service> Runner<S> {
 
     /// Each task back to what its changelog holds.
     fn restore_tasks(&mut self, tasks: &[i32]) -> Result<()> {
-        for &task in tasks {
-            let started = Instant::now();
-            self.core.begin_restore(task);
-            let partition = task % self.core.partitions();
-            let core = &mut self.core;
-            let restored = restore::read_task(
-                &self.settings.bootstrap_servers,
-                &self.settings.group_id,
-                &self.changelog,
-                partition,
-                task,
-                |key, value| Ok(core.restore_entry(task, key, value)?),
-            )?;
-            self.core.finish_restore(task);
-            self.metrics.restored_records.inc_by(restored.records);
-            let took = started.elapsed();
-            self.metrics.restore_seconds.set(took.as_secs_f64());
-            if restored.entries > 0 {
-                self.status.lock().expect("status").restored_tasks += 1;
-            }
-            info!(
-                task,
-                restored = restored.entries > 0,
-                entries = restored.entries,
-                records = restored.records,
-                seconds = took.as_secs_f64(),
-                "task ready"
-            );
+        if tasks.is_empty() {
+            return Ok(());
         }
+        let started = Instant::now();
+        for &task in tasks {
+            self.core.begin_restore(task);
+        }
+        let core = &mut self.core;
+        let partitions = core.partitions();
+        let restored = restore::read_tasks(
+            &self.settings.bootstrap_servers,
+            &self.settings.group_id,
+            &self.changelog,
+            partitions,
+            tasks,
+            |task, key, value| Ok(core.restore_entry(task, key, value)?),
+        )?;
+        for &task in tasks {
+            self.core.finish_restore(task);
+        }
+        let took = started.elapsed();
+        self.metrics.restored_records.inc_by(restored.records);
+        self.metrics.restore_seconds.set(took.as_secs_f64());
+        let with_state = restored.entries.len();
+        self.status.lock().expect("status").restored_tasks += with_state as u64;
+        info!(
+            ?tasks,
+            restored = with_state > 0,
+            entries = restored.entries.values().sum::<u64>(),
+            records = restored.records,
+            seconds = took.as_secs_f64(),
+            "tasks ready"
+        );
         self.publish_tasks();
         Ok(())
     }
@@ -427,28 +433,59 @@ impl<S: Service> Runner<S> {
             *heard = Instant::now();
         }
         self.begin()?;
+        let payload = message.payload().unwrap_or_default();
+        let mut undecodable = None;
         let incoming = match markers::read(message) {
             Some(marker) => Incoming::Marker(marker),
             None => {
-                self.records_in[slot.0].inc();
-                let payload = message.payload().unwrap_or_default();
                 let service = self.core.service();
-                match service.decode(&self.codec, self.topics[slot.0], payload) {
+                match service.decode(&self.codec, self.topics[slot.0].1, payload) {
                     Ok(record) => Incoming::Record { event_ts: service.event_ts(&record), record },
                     Err(CodecError::Decode(reason)) => {
-                        self.dead_letter(self.topics[slot.0].name, p, offset, reason, payload)?;
+                        undecodable = Some(reason);
                         Incoming::Undecodable
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
         };
-        self.core.on_input(slot, offset, incoming)?;
+        let is_record = !matches!(incoming, Incoming::Marker(_));
+        match self.core.on_input(slot, offset, incoming)? {
+            // Read again later: nothing of it counts yet.
+            Routed::Held { seek } => {
+                if let Some(from) = seek {
+                    self.pause_and_rewind(message.topic(), p, from)?;
+                }
+                return Ok(());
+            }
+            Routed::Reroute { input, partition, key } => {
+                // The record as it came, to the partition of its key in the repartition topic.
+                self.metrics.rerouted.inc();
+                let record =
+                    BaseRecord::to(&self.topics[input].0).partition(partition).key(key.as_str()).payload(payload);
+                self.send(record)?;
+            }
+            Routed::Done => {}
+        }
+        if is_record {
+            self.records_in[slot.0].inc();
+        }
+        if let Some(reason) = undecodable {
+            self.dead_letter(&self.topics[slot.0].0, p, offset, reason, payload)?;
+        }
         Ok(())
     }
 
-    /// A source partition silent for `idle_timeout_ms` on the wall clock stops holding
-    /// its readers back (its next record wakes it) — but only once it has nothing
+    fn pause_and_rewind(&self, topic: &str, partition: i32, from: i64) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        self.consumer.pause(&tpl).context("cannot pause partitions")?;
+        self.consumer.seek(topic, partition, Offset::Offset(from), IO_TIMEOUT).context("cannot seek")?;
+        Ok(())
+    }
+
+    /// A source or repartition partition silent for `idle_wall_clock_ms` stops
+    /// holding its readers back (`TaskCore::mark_idle`) — but only once it has nothing
     /// left to read: the consumer has drained what it fetched, and the partition's
     /// position is at its end. A partition behind a backlog is slow, not idle; taking
     /// it for idle would let the watermark overtake its records.
@@ -459,8 +496,7 @@ impl<S: Service> Runner<S> {
         let silent: Vec<Slot> =
             self.last_heard.iter().filter(|(_, heard)| heard.elapsed() >= self.idle_after).map(|(s, _)| *s).collect();
         for slot in silent {
-            let topic = self.topics[slot.0].name;
-            let Some((low, high)) = cached_watermarks(&self.consumer, topic, slot.1) else { continue };
+            let Some((low, high)) = cached_watermarks(&self.consumer, &self.topics[slot.0].0, slot.1) else { continue };
             let position = self.core.position(slot).unwrap_or(low);
             // One offset of slack: a transactional producer's commit marker takes the
             // last offset of its partition and is never delivered as a record.
@@ -468,6 +504,30 @@ impl<S: Service> Runner<S> {
                 self.core.mark_idle(slot);
             }
         }
+    }
+
+    /// Pauses the partitions that ran too far ahead of their task, resumes those back
+    /// within reach.
+    fn apply_flow(&mut self) -> Result<()> {
+        let flow = self.core.flow();
+        let list = |slots: &[Slot]| {
+            let mut tpl = TopicPartitionList::new();
+            for &(i, p) in slots {
+                tpl.add_partition(&self.topics[i].0, p);
+            }
+            tpl
+        };
+        if !flow.pause.is_empty() {
+            self.consumer.pause(&list(&flow.pause)).context("cannot pause partitions")?;
+        }
+        for &((i, p), from) in &flow.rewind {
+            self.pause_and_rewind(&self.topics[i].0, p, from)?;
+        }
+        if !flow.resume.is_empty() {
+            self.consumer.resume(&list(&flow.resume)).context("cannot resume partitions")?;
+        }
+        self.metrics.paused.set(self.core.paused() as i64);
+        Ok(())
     }
 
     /// Produces what the operators emitted.
@@ -516,7 +576,7 @@ impl<S: Service> Runner<S> {
         self.write_batch(&batch)?;
         let mut offsets = TopicPartitionList::new();
         for &((i, p), next) in &batch.offsets {
-            offsets.add_partition_offset(self.topics[i].name, p, Offset::Offset(next))?;
+            offsets.add_partition_offset(&self.topics[i].0, p, Offset::Offset(next))?;
         }
         let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
         let result = self
@@ -556,13 +616,13 @@ impl<S: Service> Runner<S> {
 
     /// The markers and changelog records of a commit.
     fn write_batch(&self, batch: &CommitBatch) -> Result<()> {
-        for marker in &batch.markers {
-            for topic in &self.watermarked {
-                for q in 0..self.core.partitions() {
-                    self.send(
-                        BaseRecord::<[u8], [u8]>::to(topic.name).partition(q).headers(markers::headers(*marker)),
-                    )?;
-                }
+        let repartitions = self.core.inputs().iter().filter(|i| matches!(i.kind, InputKind::Repartition { .. }));
+        let to_watermarked = batch.markers.iter().flat_map(|m| self.watermarked.iter().map(move |t| (t.name, m)));
+        let to_repartitions =
+            batch.repartition_markers.iter().flat_map(|m| repartitions.clone().map(move |i| (i.name.as_str(), m)));
+        for (topic, marker) in to_watermarked.chain(to_repartitions) {
+            for q in 0..self.core.partitions() {
+                self.send(BaseRecord::<[u8], [u8]>::to(topic).partition(q).headers(markers::headers(*marker)))?;
             }
         }
         for w in &batch.changelog {
@@ -583,7 +643,7 @@ impl<S: Service> Runner<S> {
         let Rewind { tasks, seeks } = self.core.abort();
         for ((i, p), offset) in seeks {
             let to = offset.map_or(Offset::Beginning, Offset::Offset);
-            self.consumer.seek(self.topics[i].name, p, to, IO_TIMEOUT)?;
+            self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT)?;
         }
         self.restore_tasks(&tasks)?;
         info!("rewound to the last commit");

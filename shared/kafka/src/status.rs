@@ -18,6 +18,10 @@ pub struct Ledger {
     /// Sent to a late side output.
     pub late: u64,
     pub dead_letters: u64,
+    /// Source records not on the partition of their key, sent through the stage's
+    /// repartition topic (read again there, and counted then).
+    #[serde(default)]
+    pub rerouted: u64,
     /// Records this task produced (outputs and late side outputs, not markers).
     pub written: u64,
 }
@@ -33,6 +37,7 @@ impl Ledger {
         self.on_time += other.on_time;
         self.late += other.late;
         self.dead_letters += other.dead_letters;
+        self.rerouted += other.rerouted;
         self.written += other.written;
     }
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use vigil_datagen::planted;
 use vigil_datagen::traffic::Traffic;
-use vigil_kafka::core::{entry_of, Incoming, Slot, TaskCore};
+use vigil_kafka::core::{self, entry_of, Incoming, Slot, TaskCore};
 use vigil_kafka::markers::Marker;
-use vigil_kafka::service::Service;
+use vigil_kafka::service::{InputKind, Service};
 use vigil_kafka::stages::{DeviceAnalyticsService, DeviceRouterService, JoinEnrichService};
 use vigil_model::{Config, DeviceEvent, Millis};
 use vigil_operators::{DeviceOutput, JoinInput, Routed};
@@ -26,6 +26,8 @@ struct Broker {
     /// The changelog as compaction leaves it: (partition, key) → value.
     changelog: BTreeMap<(i32, Vec<u8>), Vec<u8>>,
     offsets: BTreeMap<Slot, i64>,
+    /// The next offset of each partition of the stage's repartition topics.
+    repartition_ends: BTreeMap<Slot, i64>,
 }
 
 /// One member of a stage: its core, and its outputs (delivered once committed).
@@ -65,12 +67,36 @@ impl<S: Service> Member<S> {
         }
     }
 
-    fn feed(&mut self, slot: Slot, offset: i64, incoming: Incoming<In<S>>) {
-        self.core.on_input(slot, offset, incoming).unwrap();
+    fn feed(&mut self, slot: Slot, offset: i64, incoming: Incoming<In<S>>) -> core::Routed {
+        let routed = self.core.on_input(slot, offset, incoming).unwrap();
+        assert!(!matches!(routed, core::Routed::Held { .. }), "{slot:?} is held back");
         self.pending.extend(self.core.take_outputs().map(|e| e.output));
+        routed
     }
 
-    fn commit(&mut self, broker: &mut Broker) {
+    /// The stage's repartition topics' partitions this member reads.
+    fn repartition_slots(&self) -> Vec<Slot> {
+        let tasks: Vec<i32> = self.core.tasks().collect();
+        let inputs = self.core.inputs();
+        (0..inputs.len())
+            .filter(|&i| matches!(inputs[i].kind, InputKind::Repartition { .. }))
+            .flat_map(|i| tasks.iter().map(move |&p| (i, p)))
+            .collect()
+    }
+
+    /// Every writer of the repartition partitions says it forwards nothing, at their
+    /// first offsets (as the markers of every task's first commit would).
+    fn hear_idle_writers(&mut self) {
+        let idle = |writer| Incoming::Marker(Marker { task: Some(writer), watermark: 0, idle: true });
+        for slot in self.repartition_slots() {
+            for writer in 0..PARTITIONS {
+                self.feed(slot, writer as i64, idle(writer));
+            }
+        }
+    }
+
+    /// Commits, and returns the markers it wrote to the repartition topics.
+    fn commit(&mut self, broker: &mut Broker) -> Vec<Marker> {
         let batch = self.core.prepare_commit();
         for w in batch.changelog {
             match w.value {
@@ -82,6 +108,7 @@ impl<S: Service> Member<S> {
         self.markers.extend(batch.markers);
         self.core.committed();
         self.delivered.append(&mut self.pending);
+        batch.repartition_markers
     }
 
     /// The transaction is aborted: what was produced is never seen; the tasks come
@@ -91,6 +118,23 @@ impl<S: Service> Member<S> {
         let rewind = self.core.abort();
         self.restore(broker, &rewind.tasks);
         rewind.seeks
+    }
+}
+
+/// Every member commits, and reads the markers every member wrote to the stage's
+/// repartition topics (as they would come over Kafka), until nothing moves.
+fn commit_all<S: Service>(members: &mut [&mut Member<S>], broker: &mut Broker) {
+    for _ in 0..3 {
+        let markers: Vec<Marker> = members.iter_mut().flat_map(|m| m.commit(broker)).collect();
+        for m in members.iter_mut() {
+            for slot in m.repartition_slots() {
+                for marker in &markers {
+                    let end = broker.repartition_ends.entry(slot).or_insert(0);
+                    *end += 1;
+                    m.feed(slot, *end - 1, Incoming::Marker(*marker));
+                }
+            }
+        }
     }
 }
 
@@ -122,6 +166,7 @@ fn record<I>(record: I, event_ts: Millis) -> Incoming<I> {
     Incoming::Record { record, event_ts }
 }
 
+/// Every partition of a stage's inputs, its repartition topics included.
 fn all_slots(inputs: usize) -> Vec<Slot> {
     (0..inputs).flat_map(|i| (0..PARTITIONS as i32).map(move |p| (i, p))).collect()
 }
@@ -131,22 +176,32 @@ fn all_slots(inputs: usize) -> Vec<Slot> {
 fn join_uninterrupted() -> Vec<String> {
     let mut broker = Broker::default();
     let mut m = Member::new(JoinEnrichService);
-    m.assign(&broker, &all_slots(2));
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
     for (slot, offset, r, ts) in join_input() {
         m.feed(slot, offset, record(r, ts));
     }
-    finish(&mut m, &mut broker, 2);
+    finish(&mut [&mut m], &mut broker);
     sorted(&m.delivered)
 }
 
-/// Ends every input partition (the generator's end-of-input marker) and commits.
-fn finish<S: Service>(m: &mut Member<S>, broker: &mut Broker, inputs: usize) {
+/// The join's inputs: orders, payments, and their two repartition topics.
+const JOIN_INPUTS: usize = 4;
+
+/// Ends every source partition (the generator's end-of-input marker) and commits.
+fn finish<S: Service>(members: &mut [&mut Member<S>], broker: &mut Broker) {
     let end = Marker { task: None, watermark: Millis::MAX, idle: false };
-    for slot in all_slots(inputs) {
-        let offset = broker.offsets.get(&slot).copied().unwrap_or(0).max(m.core.position(slot).unwrap_or(0));
-        m.feed(slot, offset, Incoming::Marker(end));
+    for m in members.iter_mut() {
+        let sources: Vec<Slot> = all_slots(m.core.inputs().len())
+            .into_iter()
+            .filter(|&(i, p)| m.core.inputs()[i].is_source() && m.core.tasks().any(|t| t == p))
+            .collect();
+        for slot in sources {
+            let offset = broker.offsets.get(&slot).copied().unwrap_or(0).max(m.core.position(slot).unwrap_or(0));
+            m.feed(slot, offset, Incoming::Marker(end));
+        }
     }
-    m.commit(broker);
+    commit_all(members, broker);
 }
 
 fn sorted<T: std::fmt::Debug>(outputs: &[T]) -> Vec<String> {
@@ -162,7 +217,8 @@ fn an_abort_before_the_first_commit_replays_against_fresh_clocks() {
     let half = input.len() / 2;
     let mut broker = Broker::default();
     let mut m = Member::new(JoinEnrichService);
-    m.assign(&broker, &all_slots(2));
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
     for (slot, offset, r, ts) in input[..half].iter().cloned() {
         m.feed(slot, offset, record(r, ts));
     }
@@ -170,10 +226,11 @@ fn an_abort_before_the_first_commit_replays_against_fresh_clocks() {
     // source clocks must forget how far they ran, or the replay is all late.
     let seeks = m.abort(&broker);
     assert!(!seeks.is_empty() && seeks.iter().all(|(_, offset)| offset.is_none()), "{seeks:?}");
+    m.hear_idle_writers();
     for (slot, offset, r, ts) in input {
         m.feed(slot, offset, record(r, ts));
     }
-    finish(&mut m, &mut broker, 2);
+    finish(&mut [&mut m], &mut broker);
     assert_eq!(sorted(&m.delivered), expected);
 }
 
@@ -183,12 +240,13 @@ fn an_abort_after_commits_goes_back_to_the_last_one() {
     let input = join_input();
     let mut broker = Broker::default();
     let mut m = Member::new(JoinEnrichService);
-    m.assign(&broker, &all_slots(2));
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
     let (third, two_thirds) = (input.len() / 3, 2 * input.len() / 3);
     for (slot, offset, r, ts) in input[..third].iter().cloned() {
         m.feed(slot, offset, record(r, ts));
     }
-    m.commit(&mut broker);
+    commit_all(&mut [&mut m], &mut broker);
     for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
         m.feed(slot, offset, record(r, ts));
     }
@@ -200,7 +258,7 @@ fn an_abort_after_commits_goes_back_to_the_last_one() {
             m.feed(slot, offset, record(r, ts));
         }
     }
-    finish(&mut m, &mut broker, 2);
+    finish(&mut [&mut m], &mut broker);
     assert_eq!(sorted(&m.delivered), expected);
 }
 
@@ -211,11 +269,12 @@ fn revoked_partitions_restored_by_two_members_give_one_members_result() {
     let half = input.len() / 2;
     let mut broker = Broker::default();
     let mut first = Member::new(JoinEnrichService);
-    first.assign(&broker, &all_slots(2));
+    first.assign(&broker, &all_slots(JOIN_INPUTS));
+    first.hear_idle_writers();
     for (slot, offset, r, ts) in input[..half].iter().cloned() {
         first.feed(slot, offset, record(r, ts));
     }
-    first.commit(&mut broker);
+    commit_all(&mut [&mut first], &mut broker);
     // Uncommitted work, then a rebalance: it is dropped, the next owners redo it.
     for (slot, offset, r, ts) in input[half..half + 10].iter().cloned() {
         first.feed(slot, offset, record(r, ts));
@@ -223,8 +282,7 @@ fn revoked_partitions_restored_by_two_members_give_one_members_result() {
     first.pending.clear();
     first.core.revoke_all();
     let mine = |p: i32| p < 2;
-    let slots = all_slots(2);
-    let (a, b): (Vec<Slot>, Vec<Slot>) = slots.iter().partition(|(_, p)| mine(*p));
+    let (a, b): (Vec<Slot>, Vec<Slot>) = all_slots(JOIN_INPUTS).iter().partition(|(_, p)| mine(*p));
     let mut second = Member::new(JoinEnrichService);
     first.assign(&broker, &a);
     second.assign(&broker, &b);
@@ -232,23 +290,35 @@ fn revoked_partitions_restored_by_two_members_give_one_members_result() {
         if offset < broker.offsets.get(&slot).copied().unwrap_or(0) {
             continue;
         }
-        if mine(slot.1) {
-            first.feed(slot, offset, record(r, ts))
-        } else {
-            second.feed(slot, offset, record(r, ts))
-        }
-    }
-    let end = Marker { task: None, watermark: Millis::MAX, idle: false };
-    for slot in slots {
         let member = if mine(slot.1) { &mut first } else { &mut second };
-        let offset = member.core.position(slot).unwrap_or(0);
-        member.feed(slot, offset, Incoming::Marker(end));
+        member.feed(slot, offset, record(r, ts));
     }
-    first.commit(&mut broker);
-    second.commit(&mut broker);
+    finish(&mut [&mut first, &mut second], &mut broker);
     let mut all = first.delivered;
     all.extend(second.delivered);
     assert_eq!(sorted(&all), expected);
+}
+
+#[test]
+fn a_record_off_its_keys_partition_goes_through_the_repartition_topic() {
+    let mut broker = Broker::default();
+    let mut m = Member::new(JoinEnrichService);
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
+    let order = planted::orders().remove(0);
+    let home = partition_for(order.order_id.as_bytes(), PARTITIONS) as i32;
+    let away = (home + 1) % PARTITIONS as i32;
+    let ts = order.order_ts;
+    let routed = m.feed((0, away), 0, record(JoinInput::Order(order.clone()), ts));
+    // Input 2 is the orders' repartition topic.
+    assert_eq!(routed, core::Routed::Reroute { input: 2, partition: home, key: order.order_id.clone() });
+    let next = PARTITIONS as i64;
+    let again = m.feed((2, home), next, record(JoinInput::Order(order), ts));
+    assert_eq!(again, core::Routed::Done, "read again at home: joined");
+    m.commit(&mut broker);
+    let ledgers: Vec<_> =
+        m.core.task_statuses().into_iter().map(|t| (t.task, t.ledger.read, t.ledger.rerouted)).collect();
+    assert!(ledgers.contains(&(away, 0, 1)) && ledgers.contains(&(home, 1, 0)), "{ledgers:?}");
 }
 
 /// Device events of one site only: every other partition of `device-events` stays
@@ -259,31 +329,39 @@ fn one_site_devices() -> Vec<DeviceEvent> {
 }
 
 #[test]
-fn a_member_whose_partitions_are_empty_goes_idle_and_holds_nobody_back() {
+fn a_member_whose_partitions_are_empty_holds_nobody_back() {
     let busy = partition_for(b"site-b", PARTITIONS) as i32;
     let mut broker = Broker::default();
     // Two routers: one has the busy partition, the other only empty ones.
     let mut with_data = Member::new(DeviceRouterService);
     let mut empty = Member::new(DeviceRouterService);
-    let (mine, theirs): (Vec<Slot>, Vec<Slot>) = all_slots(1).into_iter().partition(|(_, p)| *p == busy);
+    let (mine, theirs): (Vec<Slot>, Vec<Slot>) = all_slots(2).into_iter().partition(|(_, p)| *p == busy);
     with_data.assign(&broker, &mine);
     empty.assign(&broker, &theirs);
-    for (offset, e) in one_site_devices().into_iter().enumerate() {
+    // The empty member's partitions have had nothing to read for the idle timeout
+    // (the shell's judgement), and nobody forwards through the repartition topic: its
+    // tasks are idle, and say so.
+    for slot in theirs.iter().filter(|(i, _)| *i == 0) {
+        empty.core.mark_idle(*slot);
+    }
+    // The busy task looks at its first records until it knows its input is keyed by
+    // site, then reads them from the first once every writer has said so.
+    let events = one_site_devices();
+    for (offset, e) in events.iter().take(8).enumerate() {
+        let looked = with_data.core.on_input((0, busy), offset as i64, record(e.clone(), e.event_ts)).unwrap();
+        assert!(matches!(looked, core::Routed::Held { .. }));
+    }
+    commit_all(&mut [&mut with_data, &mut empty], &mut broker);
+    assert_eq!(with_data.core.flow().resume, vec![(0, busy)]);
+    for (offset, e) in events.into_iter().enumerate() {
         let ts = e.event_ts;
         with_data.feed((0, busy), offset as i64, record(e, ts));
     }
-    with_data.commit(&mut broker);
-    empty.commit(&mut broker);
-    // The empty member's partitions have had nothing to read for the idle timeout
-    // (the shell's judgement): its tasks go idle and their markers say so.
-    for slot in &theirs {
-        empty.core.mark_idle(*slot);
-    }
-    empty.commit(&mut broker);
-    assert!(empty.markers.iter().all(|m| m.idle) && empty.markers.len() == theirs.len(), "{:?}", empty.markers);
+    commit_all(&mut [&mut with_data, &mut empty], &mut broker);
+    assert!(empty.markers.iter().all(|m| m.idle) && !empty.markers.is_empty(), "{:?}", empty.markers);
 
     // Downstream, device-analytics reads every router task's markers on each of its
-    // partitions: the idle writers are left out, so its windows fire.
+    // partitions: its windows fire, though three router tasks had no records.
     let on_time: Vec<Arc<DeviceEvent>> = with_data
         .delivered
         .iter()
@@ -309,6 +387,19 @@ fn a_member_whose_partitions_are_empty_goes_idle_and_holds_nobody_back() {
 }
 
 #[test]
+fn with_every_source_idle_a_task_says_so_downstream() {
+    let mut broker = Broker::default();
+    let mut router = Member::new(DeviceRouterService);
+    router.assign(&broker, &all_slots(2));
+    for p in 0..PARTITIONS as i32 {
+        router.core.mark_idle((0, p));
+    }
+    commit_all(&mut [&mut router], &mut broker);
+    assert_eq!(router.markers.len(), PARTITIONS as usize);
+    assert!(router.markers.iter().all(|m| m.idle), "{:?}", router.markers);
+}
+
+#[test]
 fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
     let mut analytics = Member::new(DeviceAnalyticsService);
     analytics.assign(&Broker::default(), &all_slots(1));
@@ -327,4 +418,222 @@ fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
     assert!(analytics.pending.is_empty());
     analytics.feed(slot, 4, Incoming::Marker(Marker { task: Some(3), watermark: later, idle: false }));
     assert!(!analytics.pending.is_empty(), "every writer past the window: it fires");
+}
+
+#[test]
+fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
+    let mut m = Member::new(JoinEnrichService);
+    m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
+    let (orders, payments) = ((0, 1), (1, 1));
+    let t0 = 1_700_000_000_000;
+    let order = |i: i64| {
+        let o = vigil_model::Order {
+            order_id: format!("o{i}"),
+            customer_id: "c".into(),
+            order_amount: 1.0,
+            order_ts: t0 + i * 1000,
+            country: "US".into(),
+        };
+        record(JoinInput::Order(o), t0 + i * 1000)
+    };
+    let payment = |i: i64| {
+        let p = vigil_model::Payment {
+            payment_id: format!("p{i}"),
+            order_id: format!("o{i}"),
+            paid_amount: 1.0,
+            payment_ts: t0 + i * 1000,
+            method: "card".into(),
+        };
+        record(JoinInput::Payment(p), t0 + i * 1000)
+    };
+    // Nothing comes through the repartition topics (every writer says it is idle);
+    // orders stay at t0 while payments run two minutes ahead.
+    m.hear_idle_writers();
+    m.feed(orders, 0, order(0));
+    for i in 0..120 {
+        m.feed(payments, i, payment(i));
+    }
+    let flow = m.core.flow();
+    assert_eq!(flow.pause, vec![payments], "payments run 117 s ahead of the task");
+    assert!(m.core.flow().pause.is_empty(), "paused once, not again");
+    // Orders catch up to 70 s behind payments: still paused (hysteresis).
+    m.feed(orders, 1, order(50));
+    assert_eq!(m.core.flow(), core::Flow::default());
+    m.feed(orders, 2, order(100));
+    assert_eq!(m.core.flow().resume, vec![payments], "back within half the skew: resumed");
+}
+
+/// A stage's members over a simulated cluster: a log per partition of the source and
+/// repartition topics, each member reading its partitions in batches as a consumer
+/// fetches them (pausing, rewinding and resuming as its core says), and committing
+/// after each batch, which makes its rerouted records and repartition markers
+/// readable.
+struct Cluster<S: Service> {
+    members: Vec<Member<S>>,
+    logs: BTreeMap<Slot, Vec<Incoming<In<S>>>>,
+    next: BTreeMap<Slot, usize>,
+    paused: std::collections::BTreeSet<Slot>,
+    broker: Broker,
+}
+
+impl<S: Service> Cluster<S>
+where
+    In<S>: Clone,
+{
+    /// `members` members, each given every `members`-th task.
+    fn new(service: impl Fn() -> S, members: i32, source: BTreeMap<Slot, Vec<Incoming<In<S>>>>) -> Self {
+        let broker = Broker::default();
+        let members = (0..members)
+            .map(|m| {
+                let mut member = Member::new(service());
+                let slots: Vec<Slot> =
+                    all_slots(member.core.inputs().len()).into_iter().filter(|(_, p)| p % members == m).collect();
+                member.assign(&broker, &slots);
+                member
+            })
+            .collect();
+        Cluster { members, logs: source, next: BTreeMap::new(), paused: Default::default(), broker }
+    }
+
+    /// Runs until nothing moves; what every member delivered.
+    fn run(mut self, batch: usize) -> Vec<Out<S>> {
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for m in 0..self.members.len() {
+                let mut rerouted = Vec::new();
+                let slots = all_slots(self.members[m].core.inputs().len());
+                let mine = slots.into_iter().filter(|&(_, p)| self.members[m].core.tasks().any(|t| t == p));
+                for slot in mine.collect::<Vec<_>>() {
+                    for _ in 0..batch {
+                        let at = *self.next.entry(slot).or_default();
+                        let Some(entry) = self.logs.get(&slot).and_then(|l| l.get(at)).map(clone_incoming) else {
+                            break;
+                        };
+                        if self.paused.contains(&slot) {
+                            break;
+                        }
+                        progress = true;
+                        self.next.insert(slot, at + 1);
+                        let incoming = clone_incoming(&entry);
+                        let member = &mut self.members[m];
+                        let member = &mut self.members[m];
+                        match member.core.on_input(slot, at as i64, incoming).unwrap() {
+                            core::Routed::Reroute { input, partition, .. } => {
+                                rerouted.push(((input, partition), entry))
+                            }
+                            core::Routed::Held { seek: Some(from) } => {
+                                self.paused.insert(slot);
+                                self.next.insert(slot, from as usize);
+                            }
+                            _ => {}
+                        }
+                        member.pending.extend(member.core.take_outputs().map(|e| e.output));
+                    }
+                }
+                let flow = self.members[m].core.flow();
+                self.paused.extend(flow.pause);
+                for (slot, from) in flow.rewind {
+                    self.next.insert(slot, from as usize);
+                }
+                for slot in flow.resume {
+                    progress |= self.paused.remove(&slot);
+                }
+                let markers = self.members[m].commit(&mut self.broker);
+                for (slot, entry) in rerouted {
+                    self.logs.entry(slot).or_default().push(entry);
+                }
+                let repartitions: Vec<usize> = (0..self.members[m].core.inputs().len())
+                    .filter(|&i| self.members[m].core.inputs()[i].is_repartition())
+                    .collect();
+                for marker in markers {
+                    progress = true;
+                    for &i in &repartitions {
+                        for p in 0..PARTITIONS as i32 {
+                            self.logs.entry((i, p)).or_default().push(Incoming::Marker(marker));
+                        }
+                    }
+                }
+            }
+        }
+        self.members.into_iter().flat_map(|m| m.delivered).collect()
+    }
+}
+
+fn clone_incoming<I: Clone>(incoming: &Incoming<I>) -> Incoming<I> {
+    match incoming {
+        Incoming::Record { record, event_ts } => Incoming::Record { record: record.clone(), event_ts: *event_ts },
+        Incoming::Marker(m) => Incoming::Marker(*m),
+        Incoming::Undecodable => Incoming::Undecodable,
+    }
+}
+
+/// The planted orders and payments on the partitions `place` picks (from the record's
+/// index and its order id), each source partition ended.
+fn join_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<JoinInput>>> {
+    let mut logs: BTreeMap<Slot, Vec<Incoming<JoinInput>>> = BTreeMap::new();
+    for (n, ((input, _), _, r, ts)) in join_input().into_iter().enumerate() {
+        let key = match &r {
+            JoinInput::Order(o) => o.order_id.clone(),
+            JoinInput::Payment(p) => p.order_id.clone(),
+        };
+        logs.entry((input, place(n, &key))).or_default().push(record(r, ts));
+    }
+    let end = Marker { task: None, watermark: Millis::MAX, idle: false };
+    for slot in all_slots(2) {
+        logs.entry(slot).or_default().push(Incoming::Marker(end));
+    }
+    logs
+}
+
+#[test]
+fn unkeyed_input_read_in_bursts_is_joined_as_keyed_input_is() {
+    let expected = join_uninterrupted();
+    let home = |_: usize, key: &str| partition_for(key.as_bytes(), PARTITIONS) as i32;
+    // Unkeyed: spread over the partitions regardless of the key.
+    let spread = |n: usize, _: &str| ((n * 7 + n / 3) % PARTITIONS as usize) as i32;
+    for batch in [1, 5, 10_000] {
+        let keyed = Cluster::new(|| JoinEnrichService, 2, join_logs(home)).run(batch);
+        assert_eq!(sorted(&keyed), expected, "keyed, batches of {batch}");
+        let unkeyed = Cluster::new(|| JoinEnrichService, 2, join_logs(spread)).run(batch);
+        assert_eq!(sorted(&unkeyed), expected, "unkeyed, batches of {batch}");
+    }
+}
+
+#[test]
+fn a_task_reads_no_source_record_until_every_repartition_writer_has_decided() {
+    let mut router = Member::new(DeviceRouterService);
+    router.assign(&Broker::default(), &all_slots(2));
+    let e = |site: &str, k: i64| DeviceEvent {
+        site_id: site.into(),
+        ..Traffic::new(1, 1_700_000_000_000, 0).device(k as u64)
+    };
+    let site = "site-b";
+    let p = partition_for(site.as_bytes(), PARTITIONS) as i32;
+    let (source, repartition) = ((0, p), (1, p));
+    // Records in place are looked at, not read, until the task knows its input is
+    // keyed (eight in a row): then it rewinds to the first.
+    for k in 0..7 {
+        let r = router.core.on_input(source, k, record(e(site, k), 0)).unwrap();
+        assert_eq!(r, core::Routed::Held { seek: None });
+    }
+    assert_eq!(router.core.on_input(source, 7, record(e(site, 7), 0)).unwrap(), core::Routed::Held { seek: Some(0) });
+    // Its own marker says it forwards nothing; the other three writers are silent.
+    let markers = router.commit(&mut Broker::default());
+    assert_eq!(markers.len(), 1, "only the decided task speaks: {markers:?}");
+    for (offset, marker) in markers.iter().enumerate() {
+        router.feed(repartition, offset as i64, Incoming::Marker(*marker));
+    }
+    assert!(router.core.flow().resume.is_empty(), "three writers undecided");
+    // The others' partitions have nothing to read for the idle timeout: they decide.
+    for q in (0..PARTITIONS as i32).filter(|&q| q != p) {
+        router.core.mark_idle((0, q));
+    }
+    let markers = router.commit(&mut Broker::default());
+    assert_eq!(markers.len(), 3);
+    for (offset, marker) in markers.iter().enumerate() {
+        router.feed(repartition, 1 + offset as i64, Incoming::Marker(*marker));
+    }
+    assert_eq!(router.core.flow().resume, vec![source]);
+    assert_eq!(router.feed(source, 0, record(e(site, 0), 0)), core::Routed::Done);
 }

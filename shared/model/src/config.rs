@@ -105,9 +105,16 @@ pub struct RetentionConfig {
 pub struct RuntimeConfig {
     /// Partitions of every keyed topic, as the Kafka topics will have.
     pub partitions: u32,
-    /// An input partition that gets no record while its stream advances this far in
-    /// event time stops holding the watermark back.
+    /// Embedded runtime: an input partition that gets no record while its stream
+    /// advances this far in event time stops holding the watermark back.
     pub idle_timeout_ms: u64,
+    /// Kafka services: an input partition with nothing to read for this long on the
+    /// wall clock stops holding the watermark back (its next record wakes it).
+    pub idle_wall_clock_ms: u64,
+    /// Kafka services: an input partition whose watermark runs this far (event time)
+    /// ahead of its task's is paused until it is back within half of it, so a task
+    /// whose inputs arrive unevenly does not buffer everything in between.
+    pub max_partition_skew_ms: u64,
 }
 
 impl Default for JoinConfig {
@@ -159,7 +166,12 @@ impl Default for HealthConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { partitions: 4, idle_timeout_ms: 10_000 }
+        RuntimeConfig {
+            partitions: 4,
+            idle_timeout_ms: 10_000,
+            idle_wall_clock_ms: 10_000,
+            max_partition_skew_ms: 60_000,
+        }
     }
 }
 
