@@ -1,22 +1,23 @@
 //! `vigil-admin provision`: creates every topic (partitions, compacted changelogs) and
 //! registers every value schema, idempotently. `vigil-admin tail TOPIC…`: prints
 //! output topics in the seed's tagged NDJSON form, reading only committed records.
-//! `vigil-admin healthcheck URL`: exits 0 if the URL answers 200 (for container
-//! healthchecks, in images without curl).
+//! `vigil-admin reset STAGE…|--all`: makes stages process their inputs again from
+//! the start. `vigil-admin healthcheck URL`: exits 0 if the URL answers 200 (for
+//! container healthchecks, in images without curl).
+
+mod healthcheck;
+mod reset;
+mod tail;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::consumer::BaseConsumer;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::markers;
-use vigil_kafka::tail::tagged_line;
 use vigil_kafka::topics::{self, Provisioned};
 use vigil_model::Config;
 
@@ -48,8 +49,11 @@ enum Command {
         #[arg(long)]
         idle_exit_secs: Option<u64>,
     },
+    Reset(reset::ResetArgs),
     /// Exit 0 if an http:// URL answers 200 within 3 seconds (a container healthcheck).
-    Healthcheck { url: String },
+    Healthcheck {
+        url: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,9 +68,12 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<()> {
     if let Command::Healthcheck { url } = &args.command {
-        return healthcheck(url);
+        return healthcheck::run(url);
     }
     let config = Config::load(None, std::env::vars())?;
+    if let Command::Reset(reset) = args.command {
+        return reset::run(reset, &args.bootstrap_servers, &config);
+    }
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap_servers)
         .set("isolation.level", "read_committed")
@@ -91,76 +98,9 @@ fn run(args: Args) -> Result<()> {
             }
             Ok(())
         }
-        Command::Healthcheck { .. } => unreachable!("answered above"),
         Command::Tail { topics: names, idle_exit_secs } => {
-            let wanted: Vec<topics::Topic> = names
-                .iter()
-                .map(|n| topics::by_name(n).with_context(|| format!("`{n}` is not a Vigil topic")))
-                .collect::<Result<_>>()?;
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            for t in &wanted {
-                let n = topics::partition_count(&consumer, t.name)?;
-                if n == 0 {
-                    bail!("topic `{}` does not exist; run `vigil-admin provision` first", t.name);
-                }
-                for p in 0..n as i32 {
-                    tpl.add_partition_offset(t.name, p, rdkafka::Offset::Beginning)?;
-                }
-            }
-            consumer.assign(&tpl)?;
-            let codec = Codec::new(&args.schema_registry_url)?;
-            let mut last = Instant::now();
-            loop {
-                match consumer.poll(Duration::from_millis(200)) {
-                    Some(Ok(m)) => {
-                        last = Instant::now();
-                        if markers::read(&m).is_some() {
-                            continue;
-                        }
-                        let topic = topics::by_name(m.topic()).expect("an assigned topic");
-                        match codec.decode_value(m.payload().unwrap_or_default()) {
-                            Ok(value) => println!("{}", tagged_line(topic, &value)),
-                            Err(e) => eprintln!(
-                                "vigil-admin: {} partition {} offset {}: {e}",
-                                m.topic(),
-                                m.partition(),
-                                m.offset()
-                            ),
-                        }
-                    }
-                    Some(Err(e)) => eprintln!("vigil-admin: {e}"),
-                    None => {}
-                }
-                if idle_exit_secs.is_some_and(|s| last.elapsed() >= Duration::from_secs(s)) {
-                    return Ok(());
-                }
-            }
+            tail::run(&consumer, &args.schema_registry_url, &names, idle_exit_secs)
         }
-    }
-}
-
-/// One HTTP/1.0 GET; healthy if the status is 200.
-fn healthcheck(url: &str) -> Result<()> {
-    use std::io::{Read, Write};
-    use std::net::{TcpStream, ToSocketAddrs};
-    let rest = url.strip_prefix("http://").with_context(|| format!("`{url}` is not an http:// URL"))?;
-    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
-    let addr = authority
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve `{authority}`"))?
-        .next()
-        .with_context(|| format!("`{authority}` has no address"))?;
-    let timeout = Duration::from_secs(3);
-    let mut conn = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("cannot connect to {addr}"))?;
-    conn.set_read_timeout(Some(timeout))?;
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
-    let mut answer = String::new();
-    let _ = conn.read_to_string(&mut answer);
-    let status = answer.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) == Some("200") {
-        Ok(())
-    } else {
-        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim();
-        bail!("{url} answered `{status}`: {body}")
+        Command::Healthcheck { .. } | Command::Reset(_) => unreachable!("answered above"),
     }
 }

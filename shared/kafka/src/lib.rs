@@ -12,6 +12,7 @@ pub mod markers;
 pub mod metrics;
 pub mod observe;
 pub mod produce;
+pub mod reset;
 pub mod restore;
 pub mod runner;
 pub mod service;

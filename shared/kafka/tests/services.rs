@@ -6,118 +6,26 @@
 //! The reference is the embedded runtime on the same input: the services must
 //! produce exactly its records (as multisets: none lost, none doubled).
 
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+mod support;
+
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use support::{assert_same, reference, send_line, start, Running, Stack, ONE_AT_A_TIME};
 use vigil_datagen::Dataset;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::produce::InputProducer;
-use vigil_kafka::topics::{self, ORDERS, RESULT_TOPICS};
-use vigil_model::{Config, Order, Payment, Source};
+use vigil_kafka::produce::{InputProducer, Keying};
+use vigil_kafka::topics::{ORDERS, RESULT_TOPICS};
+use vigil_model::{InputRecord, Order, Payment, Source};
 use vigil_pipeline::ingest::{Line, MergedInput};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// This file's runs (their groups and logs) start with the process id.
+const RUN_PREFIX: &str = "";
 
-const SERVICES: [&str; 6] = topics::SERVICES;
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the Kafka tests through scripts/test.sh"))
-}
-
-/// The workspace's binaries, next to this test's own executable.
-fn binary(name: &str) -> std::path::PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.parent().unwrap().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace's binaries first (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
-
-struct Stack {
-    bootstrap: String,
-    registry: String,
-    run: String,
-}
+const NOT_EMBEDDED: &str = "Kafka output differs from the embedded runtime";
 
 impl Stack {
-    /// Every topic deleted and provisioned again; a fresh run id for groups.
-    fn fresh() -> Stack {
-        let stack = Stack {
-            bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
-            registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
-            run: format!("{}-{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)),
-        };
-        let admin: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
-        let names: Vec<String> = topics::all_topics(4).into_iter().map(|t| t.name).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
-        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while names.iter().any(|n| topics::partition_count(&consumer, n).unwrap_or(0) > 0) {
-            assert!(Instant::now() < deadline, "topics were not deleted");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
-        assert!(status.success(), "vigil-admin provision failed");
-        stack
-    }
-
-    fn command(&self, name: &str) -> Command {
-        let mut cmd = Command::new(binary(name));
-        cmd.env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
-            .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
-            .env("RUST_LOG", "info,rdkafka=warn");
-        cmd
-    }
-
-    fn admin(&self, args: &[&str]) -> Command {
-        let mut cmd = self.command("vigil-admin");
-        cmd.args(args);
-        cmd
-    }
-
-    /// One service instance, logging to a file of its own under the target folder.
-    fn spawn(&self, service: &str, instance: &str) -> Running {
-        let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
-        std::fs::create_dir_all(&log_dir).unwrap();
-        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let log = log_dir.join(format!("{}-{service}-{instance}-{n}.log", self.run));
-        let child = self
-            .command(&format!("vigil-{service}"))
-            .env("VIGIL_GROUP_ID", format!("vigil-{service}-{}", self.run))
-            .env("VIGIL_INSTANCE", instance)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Running { name: service.to_string(), child, log }
-    }
-
-    /// Every service, each ready (tasks restored, loop running) when this returns.
-    fn spawn_all(&self) -> Vec<Running> {
-        let services: Vec<Running> = SERVICES.iter().map(|s| self.spawn(s, "0")).collect();
-        services.iter().for_each(Running::wait_ready);
-        services
-    }
-
-    fn generator(&self, args: &[&str]) -> Command {
-        let mut cmd = self.command("vigil-generator");
-        cmd.arg("--kafka").args(args);
-        cmd
-    }
-
     /// What the output topics hold now, as sorted tagged lines, and the dead letters.
     fn outputs(&self) -> (Vec<String>, Vec<String>) {
         let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
@@ -142,61 +50,17 @@ impl Stack {
             std::thread::sleep(Duration::from_secs(2));
         }
     }
-
-    fn producer(&self) -> InputProducer {
-        InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
-    }
 }
 
 /// Produces input lines as the generator does: records as Avro, bad lines as they are.
 fn send_lines(producer: &InputProducer, lines: &[Line]) {
     for line in lines {
-        match line {
-            Line::Record(r) => producer.send_record(r).unwrap(),
-            Line::Dead(d) => producer.send_line(Source::from_name(&d.source).unwrap(), &d.line).unwrap(),
-        }
+        send_line(producer, line);
     }
     producer.flush().unwrap();
 }
 
-/// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
-fn reference(dataset: Dataset) -> Vec<String> {
-    let mut lines = vigil_pipeline::result_lines(&Config::default(), MergedInput::from_dataset(dataset)).unwrap();
-    lines.sort();
-    lines
-}
-
-/// A running service process and its log.
-struct Running {
-    name: String,
-    child: Child,
-    log: std::path::PathBuf,
-}
-
 impl Running {
-    fn log_text(&self) -> String {
-        let raw = std::fs::read_to_string(&self.log).unwrap_or_default();
-        // Drop the colour codes of the log lines.
-        let mut text = String::with_capacity(raw.len());
-        let mut chars = raw.chars();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' {
-                chars.by_ref().take_while(|&c| c != 'm').for_each(drop);
-            } else {
-                text.push(c);
-            }
-        }
-        text
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.log_text().contains("running service=") {
-            assert!(Instant::now() < deadline, "{} did not start:\n{}", self.name, self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
     /// A counter from the service's own /metrics.
     fn metric(&self, name: &str) -> u64 {
         use std::io::{Read, Write};
@@ -212,43 +76,17 @@ impl Running {
             .map(|v| v as u64)
             .sum()
     }
-
-    fn sigterm(&self) {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-    }
 }
 
-/// A failing test must not leave services running into the next one.
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// Kills every service (SIGKILL, as their `Drop` does).
 fn stop(services: Vec<Running>) {
     drop(services);
-}
-
-fn assert_same(got: &[String], expected: &[String]) {
-    if got != expected {
-        let missing: Vec<&String> = expected.iter().filter(|l| !got.contains(l)).take(5).collect();
-        let extra: Vec<&String> = got.iter().filter(|l| !expected.contains(l)).take(5).collect();
-        panic!(
-            "Kafka output differs from the embedded runtime: {} records vs {} expected\nmissing: {missing:#?}\nextra: {extra:#?}",
-            got.len(),
-            expected.len()
-        );
-    }
 }
 
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let stack = Stack::fresh();
-    let services = stack.spawn_all();
+    let (_one, stack, services) = start(RUN_PREFIX);
     // A dataset folder, replayed onto the topics; a second replay with --if-empty
     // must add nothing.
     let dir = std::env::temp_dir().join(format!("vigil-kafka-test-{}", stack.run));
@@ -262,7 +100,7 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     let expected = reference(Dataset::planted(1, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
     stop(services);
-    assert_same(&got, &expected);
+    assert_same(&got, &expected, NOT_EMBEDDED);
     assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
     for line in [
         r#"ANOMALY> {"record_type": "anomaly", "anomaly_type": "amount", "customer_id": "cust-001", "payment_id": "pay-9003", "order_id": "order-9003", "amount": 9800.0, "threshold": 130.87, "event_time": "2023-11-14T22:13:48.057000+00:00"}"#,
@@ -295,9 +133,7 @@ fn late_whale(after_ms: i64) -> (String, String) {
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let stack = Stack::fresh();
-    let mut services = stack.spawn_all();
+    let (_one, stack, mut services) = start(RUN_PREFIX);
     let scale = 40;
     // The test decides when input flows: half of it, the crash, then the rest.
     let input: Vec<Line> = MergedInput::planted(scale, 7).map(Result::unwrap).collect();
@@ -345,7 +181,7 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
     let expected = reference(dataset);
     let (got, _) = stack.wait_for(&expected, Duration::from_secs(120));
     stop(services);
-    assert_same(&got, &expected);
+    assert_same(&got, &expected, NOT_EMBEDDED);
     let whale =
         got.iter().find(|l| l.contains("pay-whale") && l.starts_with("ANOMALY>")).expect("the whale is flagged");
     assert!(!whale.contains(r#""threshold": 5000.0"#), "the threshold comes from restored history: {whale}");
@@ -354,9 +190,7 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let stack = Stack::fresh();
-    let mut services = stack.spawn_all();
+    let (_one, stack, mut services) = start(RUN_PREFIX);
     let seconds = [stack.spawn("device-analytics", "1"), stack.spawn("join-enrich", "1")];
     seconds.iter().for_each(Running::wait_ready);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -390,14 +224,46 @@ fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
         services.push(s);
     }
     stop(services);
-    assert_same(&got, &expected);
+    assert_same(&got, &expected, NOT_EMBEDDED);
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn unkeyed_or_otherwise_keyed_input_gives_the_same_output() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let expected = reference(Dataset::planted(1, 7));
+    for keys in [Keying::None, Keying::Other] {
+        let stack = Stack::fresh(RUN_PREFIX);
+        let services = stack.spawn_all();
+        // Orders and payments keyed another way (device events by site, as their
+        // lateness is judged on their own partition).
+        let joined = stack.producer().keyed(keys);
+        let devices = stack.producer();
+        for line in MergedInput::planted(1, 7).map(Result::unwrap) {
+            let producer = match &line {
+                Line::Record(InputRecord::Device(_)) => &devices,
+                Line::Dead(d) if d.source == "devices" => &devices,
+                _ => &joined,
+            };
+            send_line(producer, &line);
+        }
+        devices.flush().unwrap();
+        joined.finish().unwrap();
+        joined.flush().unwrap();
+        let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
+        let rerouted = services.iter().map(|s| s.metric("vigil_rerouted_records_total")).sum::<u64>();
+        stop(services);
+        assert_same(&got, &expected, NOT_EMBEDDED);
+        assert_eq!(dead.len(), 4, "keyed by {keys:?}: the four planted bad lines");
+        assert!(rerouted > 100, "keyed by {keys:?}: most records went through the repartition topics ({rerouted})");
+    }
 }
 
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let stack = Stack::fresh();
+    let stack = Stack::fresh(RUN_PREFIX);
     let router = stack.spawn("device-router", "0");
     router.wait_ready();
     let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();

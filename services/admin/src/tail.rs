@@ -1,0 +1,56 @@
+//! `vigil-admin tail TOPIC…`: output topics in the seed's tagged NDJSON form, reading
+//! only committed records.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use vigil_kafka::codec::Codec;
+use vigil_kafka::markers;
+use vigil_kafka::tail::tagged_line;
+use vigil_kafka::topics;
+
+/// Prints every record of `names` from the beginning, following until
+/// `idle_exit_secs` pass without a new one (forever if `None`).
+pub fn run(consumer: &BaseConsumer, registry_url: &str, names: &[String], idle_exit_secs: Option<u64>) -> Result<()> {
+    let wanted: Vec<topics::Topic> = names
+        .iter()
+        .map(|n| topics::by_name(n).with_context(|| format!("`{n}` is not a Vigil topic")))
+        .collect::<Result<_>>()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for t in &wanted {
+        let n = topics::partition_count(consumer, t.name)?;
+        if n == 0 {
+            bail!("topic `{}` does not exist; run `vigil-admin provision` first", t.name);
+        }
+        for p in 0..n as i32 {
+            tpl.add_partition_offset(t.name, p, rdkafka::Offset::Beginning)?;
+        }
+    }
+    consumer.assign(&tpl)?;
+    let codec = Codec::new(registry_url)?;
+    let mut last = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                last = Instant::now();
+                if markers::read(&m).is_some() {
+                    continue;
+                }
+                let topic = topics::by_name(m.topic()).expect("an assigned topic");
+                match codec.decode_value(m.payload().unwrap_or_default()) {
+                    Ok(value) => println!("{}", tagged_line(topic, &value)),
+                    Err(e) => {
+                        eprintln!("vigil-admin: {} partition {} offset {}: {e}", m.topic(), m.partition(), m.offset())
+                    }
+                }
+            }
+            Some(Err(e)) => eprintln!("vigil-admin: {e}"),
+            None => {}
+        }
+        if idle_exit_secs.is_some_and(|s| last.elapsed() >= Duration::from_secs(s)) {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The harness the Kafka test files share (`services.rs`, `reset.rs`): a freshly
+//! provisioned broker and registry (from VIGIL_BOOTSTRAP_SERVERS and
+//! VIGIL_SCHEMA_REGISTRY_URL, as `scripts/test.sh` exports them), the workspace's
+//! binaries run as service processes with a log each, input produced as the
+//! generator sends it, and the embedded runtime's records to compare with.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
+use vigil_datagen::Dataset;
+use vigil_kafka::produce::InputProducer;
+use vigil_kafka::topics;
+use vigil_model::{Config, Source};
+use vigil_pipeline::ingest::{Line, MergedInput};
+
+/// Each test resets every topic, so the tests of a file take this in turn.
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The partitions of every topic the tests provision.
+pub const PARTITIONS: i32 = 4;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the Kafka tests through scripts/test.sh"))
+}
+
+/// The workspace's binaries, next to this test's own executable.
+fn binary(name: &str) -> std::path::PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let path = deps.parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+pub struct Stack {
+    pub bootstrap: String,
+    pub registry: String,
+    pub run: String,
+}
+
+impl Stack {
+    /// Every topic deleted and provisioned again; a fresh run id for groups, starting
+    /// with `run_prefix` (which tells one test file's groups and logs from another's).
+    pub fn fresh(run_prefix: &str) -> Stack {
+        let stack = Stack {
+            bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
+            registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
+            run: format!(
+                "{run_prefix}{}-{}",
+                std::process::id(),
+                RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            ),
+        };
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+        let names: Vec<String> = topics::all_topics(PARTITIONS as u32).into_iter().map(|t| t.name).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while names.iter().any(|n| topics::partition_count(&consumer, n).unwrap_or(0) > 0) {
+            assert!(Instant::now() < deadline, "topics were not deleted");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
+        assert!(status.success(), "vigil-admin provision failed");
+        stack
+    }
+
+    fn command(&self, name: &str) -> Command {
+        let mut cmd = Command::new(binary(name));
+        cmd.env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
+            .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
+            .env("RUST_LOG", "info,rdkafka=warn");
+        cmd
+    }
+
+    pub fn admin(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command("vigil-admin");
+        cmd.args(args);
+        cmd
+    }
+
+    pub fn generator(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command("vigil-generator");
+        cmd.arg("--kafka").args(args);
+        cmd
+    }
+
+    /// A stage's consumer group in this run, as the services are given it.
+    pub fn group(&self, stage: &str) -> String {
+        format!("vigil-{stage}-{}", self.run)
+    }
+
+    /// One service instance, logging to a file of its own under the target folder.
+    pub fn spawn(&self, service: &str, instance: &str) -> Running {
+        let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = log_dir.join(format!("{}-{service}-{instance}-{n}.log", self.run));
+        let child = self
+            .command(&format!("vigil-{service}"))
+            .env("VIGIL_GROUP_ID", self.group(service))
+            .env("VIGIL_INSTANCE", instance)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Running { name: service.to_string(), child, log }
+    }
+
+    /// Every service, each ready (tasks restored, loop running) when this returns.
+    pub fn spawn_all(&self) -> Vec<Running> {
+        let services: Vec<Running> = topics::SERVICES.iter().map(|s| self.spawn(s, "0")).collect();
+        services.iter().for_each(Running::wait_ready);
+        services
+    }
+
+    pub fn producer(&self) -> InputProducer {
+        InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
+    }
+}
+
+/// A test's start: its turn (held until the guard drops), then a fresh stack (see
+/// [`Stack::fresh`]) with every service running and ready.
+pub fn start(run_prefix: &str) -> (MutexGuard<'static, ()>, Stack, Vec<Running>) {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh(run_prefix);
+    let services = stack.spawn_all();
+    (one, stack, services)
+}
+
+/// Produces an input line as the generator does: a record as Avro, a bad line as it is.
+pub fn send_line(producer: &InputProducer, line: &Line) {
+    match line {
+        Line::Record(r) => producer.send_record(r).unwrap(),
+        Line::Dead(d) => producer.send_line(Source::from_name(&d.source).unwrap(), &d.line).unwrap(),
+    }
+}
+
+/// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
+pub fn reference(dataset: Dataset) -> Vec<String> {
+    let mut lines = vigil_pipeline::result_lines(&Config::default(), MergedInput::from_dataset(dataset)).unwrap();
+    lines.sort();
+    lines
+}
+
+/// `got` equals `expected`; `what` says what each is when they differ.
+pub fn assert_same(got: &[String], expected: &[String], what: &str) {
+    if got != expected {
+        let missing: Vec<&String> = expected.iter().filter(|l| !got.contains(l)).take(5).collect();
+        let extra: Vec<&String> = got.iter().filter(|l| !expected.contains(l)).take(5).collect();
+        panic!(
+            "{what}: {} records vs {} expected\nmissing: {missing:#?}\nextra: {extra:#?}",
+            got.len(),
+            expected.len()
+        );
+    }
+}
+
+/// A running service process and its log.
+pub struct Running {
+    pub name: String,
+    pub child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Running {
+    pub fn log_text(&self) -> String {
+        let raw = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Drop the colour codes of the log lines.
+        let mut text = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                chars.by_ref().take_while(|&c| c != 'm').for_each(drop);
+            } else {
+                text.push(c);
+            }
+        }
+        text
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log_text().contains("running service=") {
+            assert!(Instant::now() < deadline, "{} did not start:\n{}", self.name, self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A failing test must not leave services running into the next one.
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
