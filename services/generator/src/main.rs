@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
-use vigil_kafka::produce::InputProducer;
+use vigil_kafka::produce::{InputProducer, Keying};
 use vigil_model::{InputRecord, Millis, Source};
 use vigil_pipeline::ingest::{Line, MergedInput, StreamReader};
 
@@ -36,6 +36,10 @@ struct Args {
     /// Normal traffic in the dataset, in thousands of events, after the planted scenarios.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scale: u64,
+    /// With --out: instead of the planted dataset, N orders from N distinct customers,
+    /// each paid once (state at scale: N customers in the amount rule).
+    #[arg(long, value_name = "N", requires = "out")]
+    distinct_customers: Option<u64>,
     /// Stream one kind of record to stdout.
     #[arg(long, value_enum)]
     stream: Option<StreamKind>,
@@ -62,6 +66,10 @@ struct Args {
     /// With --kafka: leave the input open (no end-of-input markers).
     #[arg(long, requires = "kafka")]
     no_finish: bool,
+    /// With --kafka: how records are keyed (`none` and `other` send most records to
+    /// another partition than their join key's; the stages re-key them).
+    #[arg(long, value_enum, default_value_t = Keying::Join, requires = "kafka")]
+    keys: Keying,
     /// With --kafka: produce nothing if the input topics already hold records (a demo
     /// that runs at every start must not replay its dataset into the past).
     #[arg(long, requires = "kafka")]
@@ -95,8 +103,12 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<()> {
     match (&args.out, args.stream) {
         (Some(dir), _) => {
-            let [orders, payments, devices] = Dataset::write_planted(dir, args.scale, args.seed)
-                .with_context(|| format!("cannot write the dataset to {}", dir.display()))?;
+            let written = match args.distinct_customers {
+                Some(n) => Dataset::write_distinct_customers(dir, n, args.seed),
+                None => Dataset::write_planted(dir, args.scale, args.seed),
+            };
+            let [orders, payments, devices] =
+                written.with_context(|| format!("cannot write the dataset to {}", dir.display()))?;
             eprintln!(
                 "vigil-generator: wrote {orders} orders, {payments} payments, {devices} device events to {}",
                 dir.display()
@@ -117,7 +129,8 @@ fn run(args: Args) -> Result<()> {
 
 /// A dataset (or live traffic) to the input topics.
 fn produce(args: &Args) -> Result<()> {
-    let producer = InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?;
+    let producer =
+        InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?.keyed(args.keys);
     if args.if_empty {
         let held = producer.records_in_inputs()?;
         if held > 0 {

@@ -59,6 +59,17 @@ impl Dataset {
         self.len() == 0
     }
 
+    /// Writes the distinct-customers dataset (`crate::distinct`) straight to a folder.
+    pub fn write_distinct_customers(dir: &Path, customers: u64, seed: u64) -> io::Result<[u64; 3]> {
+        std::fs::create_dir_all(dir)?;
+        let mut written = [0; 3];
+        for (n, source) in written.iter_mut().zip(Source::ALL) {
+            let lines = crate::distinct::distinct_customer_lines(source, customers, seed);
+            *n = write_lines(&dir.join(source.file_name()), lines)?;
+        }
+        Ok(written)
+    }
+
     /// Writes `orders.ndjson`, `payments.ndjson` and `devices.ndjson` into `dir`.
     pub fn write_to(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)?;

@@ -3,6 +3,7 @@
 //! dataset folder format (`orders.ndjson`, `payments.ndjson`, `devices.ndjson`).
 
 pub mod dataset;
+pub mod distinct;
 pub mod planted;
 mod rng;
 pub mod traffic;
