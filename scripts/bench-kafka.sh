@@ -6,7 +6,8 @@
 # 1. Throughput: the planted dataset plus SCALE thousand events (default 1000, about
 #    a million) produced as fast as the generator can, then end-of-input markers; the
 #    figure is input events over the time until every service's watermark reached the
-#    end, i.e. everything was processed and committed.
+#    end, i.e. everything was processed and committed. Twice: keyed as the stages
+#    join, then unkeyed (the cost of the repartition path).
 # 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000) for
 #    SECONDS (default 30); p50/p99 from an input record's production to its output
 #    becoming readable under read_committed (see shared/kafka/examples/latency_probe.rs).
@@ -58,21 +59,30 @@ echo "== building (release)"
 cargo build --release --workspace --bins --locked -q
 cargo build --release -p vigil-kafka --example latency_probe --locked -q
 
-echo "== 1. throughput: planted + ${SCALE}k events through the six services"
-fresh_stack
-t0=$(now)
-target/release/vigil-generator --kafka --scale "$SCALE" 2>"$VIGIL_STACK_STATE/generator.log"
-t_produced=$(now)
-until all_done; do sleep 0.5; done
-t1=$(now)
-events=$(grep -o 'produced [0-9]*' "$VIGIL_STACK_STATE/generator.log" | grep -o '[0-9]*')
-awk -v n="$events" -v a="$t0" -v p="$t_produced" -v b="$t1" 'BEGIN {
-  printf "input events: %d\nproduced in %.1f s (%.0f events/s)\nprocessed and committed by all six services in %.1f s: %.0f events/s sustained\n",
-    n, p - a, n / (p - a), b - a, n / (b - a) }'
-for port in $(seq 19101 19106); do
-  curl -s "127.0.0.1:$port/metrics" | grep -E '^vigil_(transaction_commits_total|transaction_aborts_total)' | tr '\n' ' '
-  echo
-done
+# Planted + SCALE thousand events keyed as $1 (join: as the stages join them; none:
+# unkeyed, so the join and the device router re-key most through their repartition
+# topics), processed and committed by all six services.
+throughput() {
+  echo "== 1. throughput: planted + ${SCALE}k events, keyed: $1"
+  fresh_stack
+  local t0 t_produced t1 events
+  t0=$(now)
+  target/release/vigil-generator --kafka --scale "$SCALE" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
+  t_produced=$(now)
+  until all_done; do sleep 0.5; done
+  t1=$(now)
+  events=$(grep -o 'produced [0-9]*' "$VIGIL_STACK_STATE/generator.log" | grep -o '[0-9]*')
+  awk -v n="$events" -v a="$t0" -v p="$t_produced" -v b="$t1" 'BEGIN {
+    printf "input events: %d\nproduced in %.1f s (%.0f events/s)\nprocessed and committed by all six services in %.1f s: %.0f events/s sustained\n",
+      n, p - a, n / (p - a), b - a, n / (b - a) }'
+  for port in $(seq 19101 19106); do
+    curl -s "127.0.0.1:$port/metrics" |
+      grep -E '^vigil_(transaction_commits_total|transaction_aborts_total|rerouted_records_total)' | tr '\n' ' '
+    echo
+  done
+}
+throughput join
+throughput none
 
 echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s"
 fresh_stack
