@@ -45,7 +45,7 @@ impl JobView {
             stages: topology
                 .iter()
                 .map(|info| StageEntry {
-                    info: info.clone(),
+                    info: *info,
                     vertex_id: flink_id(info.name),
                     view: cluster.stage(info.name, now_ms),
                     lag: lag.get(info.name).cloned(),

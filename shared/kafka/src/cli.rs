@@ -16,9 +16,10 @@ use vigil_model::Config;
 
 use crate::metrics::MetricsRegistry;
 use crate::observe::{self, Health};
-use crate::runner::{Common, Observers};
+use crate::runner::Common;
 use crate::stages;
 use crate::status::MemberStatus;
+use crate::supervise::Supervisor;
 
 /// Connection and commit settings, shared by the services and the taskmanager.
 #[derive(Debug, Clone, Args)]
@@ -88,12 +89,18 @@ fn run(name: &str, args: ServiceArgs) -> anyhow::Result<()> {
     let registry = MetricsRegistry::new("service", &[]);
     let health = Health::new();
     let shutdown = Arc::new(AtomicBool::new(false));
-    let observers = Observers {
-        metrics: registry.member(name, &args.instance),
+    let supervisor = Supervisor {
+        stage,
+        member: args.instance.clone(),
+        group_id: args.group_id,
+        common,
+        registry: registry.clone(),
         status: Arc::new(Mutex::new(MemberStatus::new(name, &args.instance))),
         beat: health.watch(name),
+        shutdown: shutdown.clone(),
     };
-    let addr = observe::serve(args.metrics_addr, registry, health, shutdown.clone())?;
+    let addr = observe::serve(args.metrics_addr, registry, health, shutdown)?;
     tracing::info!(service = name, %addr, "serving /metrics and /healthz");
-    stage.run(&args.instance, args.group_id, &common, observers, &shutdown)
+    supervisor.run();
+    Ok(())
 }

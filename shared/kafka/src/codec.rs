@@ -4,6 +4,7 @@
 //! `<topic>-value` on first use (or by `vigil-admin provision`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
@@ -15,6 +16,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::topics::{Topic, DATA_TOPICS};
+
+const REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
@@ -38,8 +41,12 @@ pub struct Codec {
 impl Codec {
     pub fn new(registry_url: &str) -> Result<Codec, CodecError> {
         let registry = |reason: String| CodecError::Registry { url: registry_url.to_string(), reason };
-        let settings =
-            SrSettings::new_builder(registry_url.to_string()).build().map_err(|e| registry(e.to_string()))?;
+        // A registry that does not answer in time counts as down (the member retries);
+        // the client's default of 30 s would stall the processing loop.
+        let settings = SrSettings::new_builder(registry_url.to_string())
+            .set_timeout(REGISTRY_TIMEOUT)
+            .build()
+            .map_err(|e| registry(e.to_string()))?;
         let subjects = DATA_TOPICS
             .iter()
             .map(|t| (t.name, t.schema))

@@ -19,5 +19,6 @@ pub mod service;
 pub mod settings;
 pub mod stages;
 pub mod status;
+pub mod supervise;
 pub mod tail;
 pub mod topics;

@@ -34,6 +34,7 @@ pub struct MetricsRegistry {
     restore_seconds: GaugeVec,
     rerouted: IntCounterVec,
     paused: IntGaugeVec,
+    degraded: IntGaugeVec,
 }
 
 impl MetricsRegistry {
@@ -114,6 +115,10 @@ impl MetricsRegistry {
             ),
             restore_seconds: gauges("restore_seconds", "How long the member's last task restore took"),
             paused: int_gauges("paused_partitions", "Input partitions paused for running ahead of their task"),
+            degraded: int_gauges(
+                "member_degraded",
+                "1 from a member's failure (broker, registry or transaction fault) until its first commit after the restart",
+            ),
             rerouted: counters(
                 "rerouted_records_total",
                 "Source records off their key's partition, sent through the stage's repartition topic",
@@ -147,6 +152,7 @@ impl MetricsRegistry {
             restore_seconds: self.restore_seconds.with_label_values(&l),
             rerouted: self.rerouted.with_label_values(&l),
             paused: self.paused.with_label_values(&l),
+            degraded: self.degraded.with_label_values(&l),
         }
     }
 
@@ -171,6 +177,7 @@ impl MetricsRegistry {
 }
 
 /// One member's series.
+#[derive(Clone)]
 pub struct MemberMetrics {
     registry: Arc<MetricsRegistry>,
     stage: String,
@@ -192,6 +199,7 @@ pub struct MemberMetrics {
     pub restore_seconds: Gauge,
     pub rerouted: IntCounter,
     pub paused: IntGauge,
+    pub degraded: IntGauge,
 }
 
 impl MemberMetrics {

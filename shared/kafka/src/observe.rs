@@ -15,19 +15,35 @@ use crate::metrics::MetricsRegistry;
 /// A processing loop that has not gone round for this long is stalled.
 const STALLED_AFTER_SECS: u64 = 30;
 
-/// The liveness of a process's processing loops: each beats as it goes round.
+/// The liveness of a process's processing loops: each beats as it goes round, and
+/// says when it is degraded (failed, waiting to start again).
 #[derive(Default)]
 pub struct Health {
-    loops: Mutex<Vec<(String, Arc<AtomicU64>)>>,
+    loops: Mutex<Vec<(String, Beat)>>,
 }
 
-/// One loop's heartbeat.
+/// One loop's heartbeat, and why it is degraded (if it is).
 #[derive(Clone)]
-pub struct Beat(Arc<AtomicU64>);
+pub struct Beat {
+    at: Arc<AtomicU64>,
+    degraded: Arc<Mutex<Option<String>>>,
+}
 
 impl Beat {
+    fn new() -> Beat {
+        Beat { at: Arc::new(AtomicU64::new(now_secs())), degraded: Arc::default() }
+    }
+
     pub fn beat(&self) {
-        self.0.store(now_secs(), Ordering::Relaxed);
+        self.at.store(now_secs(), Ordering::Relaxed);
+    }
+
+    pub fn degraded(&self, why: String) {
+        *self.degraded.lock().expect("beat") = Some(why);
+    }
+
+    pub fn recovered(&self) {
+        self.degraded.lock().expect("beat").take();
     }
 }
 
@@ -38,26 +54,26 @@ impl Health {
 
     /// A new loop to watch, alive as of now.
     pub fn watch(&self, name: &str) -> Beat {
-        let beat = Arc::new(AtomicU64::new(now_secs()));
+        let beat = Beat::new();
         self.loops.lock().expect("health").push((name.to_string(), beat.clone()));
-        Beat(beat)
+        beat
     }
 
-    /// `Err` names the loops that stalled.
+    /// `Err` names the loops that stalled or are degraded, and why.
     pub fn check(&self) -> Result<(), String> {
         let now = now_secs();
-        let stalled: Vec<String> = self
-            .loops
-            .lock()
-            .expect("health")
-            .iter()
-            .filter(|(_, b)| now.saturating_sub(b.load(Ordering::Relaxed)) >= STALLED_AFTER_SECS)
-            .map(|(name, _)| name.clone())
-            .collect();
-        if stalled.is_empty() {
+        let mut problems = Vec::new();
+        for (name, beat) in self.loops.lock().expect("health").iter() {
+            if let Some(why) = beat.degraded.lock().expect("beat").as_deref() {
+                problems.push(format!("{name} degraded: {why}"));
+            } else if now.saturating_sub(beat.at.load(Ordering::Relaxed)) >= STALLED_AFTER_SECS {
+                problems.push(format!("processing loop stalled: {name}"));
+            }
+        }
+        if problems.is_empty() {
             Ok(())
         } else {
-            Err(format!("processing loop stalled: {}", stalled.join(", ")))
+            Err(problems.join("\n"))
         }
     }
 }
@@ -131,9 +147,19 @@ mod tests {
         let a = health.watch("join-enrich");
         let _b = health.watch("device-router");
         assert_eq!(health.check(), Ok(()));
-        a.0.store(now_secs() - STALLED_AFTER_SECS, Ordering::Relaxed);
+        a.at.store(now_secs() - STALLED_AFTER_SECS, Ordering::Relaxed);
         assert_eq!(health.check(), Err("processing loop stalled: join-enrich".to_string()));
         a.beat();
+        assert_eq!(health.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_degraded_loop_says_why_until_it_recovers() {
+        let health = Health::new();
+        let a = health.watch("device-router");
+        a.degraded("cannot reach the broker; retrying".into());
+        assert_eq!(health.check(), Err("device-router degraded: cannot reach the broker; retrying".to_string()));
+        a.recovered();
         assert_eq!(health.check(), Ok(()));
     }
 }

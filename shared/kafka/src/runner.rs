@@ -4,8 +4,9 @@
 //! entries that changed, watermark markers for the stages downstream, and the input
 //! offsets (`send_offsets_to_transaction` with the group metadata, Kafka Streams'
 //! EOS v2). A task is restored from its changelog before its partition is processed;
-//! when a transaction fails the member aborts it and the core restores its tasks
-//! from the changelog and rewinds the inputs, so nothing is lost or doubled.
+//! when a commit fails the member takes a new producer and the core restores its
+//! tasks from the changelog and rewinds the inputs, so nothing is lost or doubled.
+//! Any other failure ends the member, which its `supervise::Supervisor` starts again.
 //!
 //! A fenced producer stops a keyed stage's member; in a global stage (one task over
 //! every partition) the member Kafka elects leads and the others stand by (see
@@ -592,6 +593,8 @@ impl<S: Service> Runner<S> {
                 self.metrics.commits.inc();
                 self.metrics.commit_seconds.observe(took.as_secs_f64());
                 self.metrics.committed_now();
+                self.metrics.degraded.set(0);
+                self.beat.recovered();
                 let state_bytes = batch.changelog_bytes();
                 self.metrics.changelog_records.inc_by(batch.changelog.len() as u64);
                 self.metrics.changelog_bytes.inc_by(state_bytes);
@@ -607,8 +610,7 @@ impl<S: Service> Runner<S> {
             }
             Err(KafkaError::Transaction(t)) if t.is_fatal() => Err(self.fatal(KafkaError::Transaction(t))),
             Err(e) => {
-                warn!(error = %e, "commit failed; aborting and redoing the work since the last commit");
-                self.in_transaction = true;
+                warn!(error = %e, "commit failed; redoing the work since the last commit");
                 self.abort()
             }
         }
@@ -636,17 +638,23 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    /// Aborts the open transaction; the tasks come back from their changelogs and the
-    /// inputs rewind to the last commit.
+    /// Gives up the open transaction after a commit that failed without a verdict (a
+    /// timeout, say); the tasks come back from their changelogs and the inputs rewind
+    /// to the last commit. The producer is not reused: librdkafka lacks KIP-890, so a
+    /// commit or abort it still has in flight could complete a later transaction. A
+    /// new one (a new epoch) fences whatever the old one left.
     fn abort(&mut self) -> Result<()> {
-        self.abort_transaction()?;
+        self.in_transaction = false;
+        self.metrics.aborts.inc();
+        self.producer = transactional_producer(&self.settings)?;
+        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         let Rewind { tasks, seeks } = self.core.abort();
         for ((i, p), offset) in seeks {
             let to = offset.map_or(Offset::Beginning, Offset::Offset);
             self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT)?;
         }
         self.restore_tasks(&tasks)?;
-        info!("rewound to the last commit");
+        info!("rewound to the last commit with a new producer");
         Ok(())
     }
 

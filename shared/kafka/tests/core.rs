@@ -517,7 +517,6 @@ where
                         self.next.insert(slot, at + 1);
                         let incoming = clone_incoming(&entry);
                         let member = &mut self.members[m];
-                        let member = &mut self.members[m];
                         match member.core.on_input(slot, at as i64, incoming).unwrap() {
                             core::Routed::Reroute { input, partition, .. } => {
                                 rerouted.push(((input, partition), entry))

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use support::{assert_same, reference, send_line, start, Running, Stack, ONE_AT_A_TIME};
+use support::{assert_same, reference, send_line, send_lines, start, wait_for_commits, Running, Stack, ONE_AT_A_TIME};
 use vigil_datagen::Dataset;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::produce::{InputProducer, Keying};
-use vigil_kafka::topics::{ORDERS, RESULT_TOPICS};
+use vigil_kafka::produce::Keying;
+use vigil_kafka::topics::ORDERS;
 use vigil_model::{InputRecord, Order, Payment, Source};
 use vigil_pipeline::ingest::{Line, MergedInput};
 
@@ -24,59 +24,6 @@ use vigil_pipeline::ingest::{Line, MergedInput};
 const RUN_PREFIX: &str = "";
 
 const NOT_EMBEDDED: &str = "Kafka output differs from the embedded runtime";
-
-impl Stack {
-    /// What the output topics hold now, as sorted tagged lines, and the dead letters.
-    fn outputs(&self) -> (Vec<String>, Vec<String>) {
-        let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
-        args.extend(RESULT_TOPICS.iter().map(|t| t.name));
-        let out = self.admin(&args).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let text = String::from_utf8(out.stdout).unwrap();
-        let (dead, mut lines): (Vec<String>, Vec<String>) =
-            text.lines().map(str::to_string).partition(|l| l.starts_with("DEAD_LETTER>"));
-        lines.sort();
-        (lines, dead)
-    }
-
-    /// Waits until the outputs equal `expected` (or the time is up) and returns them.
-    fn wait_for(&self, expected: &[String], within: Duration) -> (Vec<String>, Vec<String>) {
-        let deadline = Instant::now() + within;
-        loop {
-            let got = self.outputs();
-            if got.0 == expected || Instant::now() > deadline {
-                return got;
-            }
-            std::thread::sleep(Duration::from_secs(2));
-        }
-    }
-}
-
-/// Produces input lines as the generator does: records as Avro, bad lines as they are.
-fn send_lines(producer: &InputProducer, lines: &[Line]) {
-    for line in lines {
-        send_line(producer, line);
-    }
-    producer.flush().unwrap();
-}
-
-impl Running {
-    /// A counter from the service's own /metrics.
-    fn metric(&self, name: &str) -> u64 {
-        use std::io::{Read, Write};
-        let text = self.log_text();
-        let addr = text.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).expect("a metrics address");
-        let mut conn = std::net::TcpStream::connect(addr).unwrap();
-        write!(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut body = String::new();
-        conn.read_to_string(&mut body).unwrap();
-        body.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum()
-    }
-}
 
 /// Kills every service (SIGKILL, as their `Drop` does).
 fn stop(services: Vec<Running>) {
@@ -141,16 +88,7 @@ fn kill_9_mid_stream_and_restart_loses_and_doubles_nothing() {
     let producer = stack.producer();
     send_lines(&producer, first);
     let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
-    // Each has committed state and input offsets for part of the first half.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while services
-        .iter()
-        .filter(|s| stateful.contains(&s.name.as_str()))
-        .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < 500)
-    {
-        assert!(Instant::now() < deadline, "the services did not get going");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_commits(&services, &stateful, 500);
     for s in services.iter_mut().filter(|s| stateful.contains(&s.name.as_str())) {
         s.child.kill().unwrap(); // SIGKILL: no commit, no goodbye
         s.child.wait().unwrap();
@@ -204,14 +142,7 @@ fn two_instances_one_stopped_mid_stream_still_give_the_embedded_result() {
     let (first, second) = input.split_at(input.len() / 2);
     let producer = stack.producer();
     send_lines(&producer, first);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while seconds
-        .iter()
-        .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < 100)
-    {
-        assert!(Instant::now() < deadline, "the second instances got no partitions or no input");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_commits(&seconds, &["device-analytics", "join-enrich"], 100);
     seconds.iter().for_each(Running::sigterm);
     send_lines(&producer, second);
     producer.finish().unwrap();

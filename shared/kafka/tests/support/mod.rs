@@ -1,8 +1,11 @@
-//! The harness the Kafka test files share (`services.rs`, `reset.rs`): a freshly
+//! The harness the Kafka test files share (`services.rs`, `reset.rs`, `faults.rs`): a freshly
 //! provisioned broker and registry (from VIGIL_BOOTSTRAP_SERVERS and
 //! VIGIL_SCHEMA_REGISTRY_URL, as `scripts/test.sh` exports them), the workspace's
 //! binaries run as service processes with a log each, input produced as the
 //! generator sends it, and the embedded runtime's records to compare with.
+
+// Each test file uses part of the harness.
+#![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -14,7 +17,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use vigil_datagen::Dataset;
 use vigil_kafka::produce::InputProducer;
-use vigil_kafka::topics;
+use vigil_kafka::topics::{self, RESULT_TOPICS};
 use vigil_model::{Config, Source};
 use vigil_pipeline::ingest::{Line, MergedInput};
 
@@ -210,5 +213,72 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Stack {
+    /// What the output topics hold now, as sorted tagged lines, and the dead letters.
+    pub fn outputs(&self) -> (Vec<String>, Vec<String>) {
+        let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
+        args.extend(RESULT_TOPICS.iter().map(|t| t.name));
+        let out = self.admin(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (dead, mut lines): (Vec<String>, Vec<String>) =
+            text.lines().map(str::to_string).partition(|l| l.starts_with("DEAD_LETTER>"));
+        lines.sort();
+        (lines, dead)
+    }
+
+    /// Waits until the outputs equal `expected` (or the time is up) and returns them.
+    pub fn wait_for(&self, expected: &[String], within: Duration) -> (Vec<String>, Vec<String>) {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.outputs();
+            if got.0 == expected || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Produces input lines as the generator does: records as Avro, bad lines as they are.
+pub fn send_lines(producer: &InputProducer, lines: &[Line]) {
+    for line in lines {
+        send_line(producer, line);
+    }
+    producer.flush().unwrap();
+}
+
+impl Running {
+    /// A counter from the service's own /metrics.
+    pub fn metric(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let text = self.log_text();
+        let addr = text.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).expect("a metrics address");
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        write!(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        conn.read_to_string(&mut body).unwrap();
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    }
+}
+
+/// Waits until each of `names` has committed three times and read `min_records`
+/// input records: each then has committed state and offsets for part of its input.
+pub fn wait_for_commits(services: &[Running], names: &[&str], min_records: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while services
+        .iter()
+        .filter(|s| names.contains(&s.name.as_str()))
+        .any(|s| s.metric("vigil_transaction_commits_total") < 3 || s.metric("vigil_records_in_total") < min_records)
+    {
+        assert!(Instant::now() < deadline, "the services did not get going");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
