@@ -22,7 +22,7 @@ use vigil_model::{Config, Millis};
 use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::event_sort::EventTimeBuffer;
 use vigil_stream::retention::Retention;
-use vigil_stream::state::KeyedState;
+use vigil_stream::state::{KeyedState, StrKey};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
 use vigil_stream::Operator;
@@ -93,7 +93,7 @@ pub struct PaymentAnomalies {
     min_samples: u64,
     watermark: Millis,
     waiting: EventTimeBuffer<String, Arc<EnrichedPayment>>,
-    stats: KeyedState<String, RunningStats>,
+    stats: KeyedState<StrKey, RunningStats>,
     velocity: KeyedWindows<String, Velocity>,
     fired: Vec<WindowResult<String, Velocity>>,
     retention: Retention,
@@ -132,7 +132,7 @@ impl PaymentAnomalies {
     fn score(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<AnomalyOutput>) {
         let Some(customer) = &p.customer_id else { return };
         let (at, retention) = (p.payment_ts_ms, self.retention);
-        let stats = self.stats.get_or_insert_with(customer, RunningStats::default);
+        let stats = self.stats.get_or_insert_with(customer.as_str(), RunningStats::default);
         if !retention.alive(stats.last_ms, at) {
             // Idle past its time-to-live: the customer starts over, as a new one would.
             *stats = RunningStats::default();
