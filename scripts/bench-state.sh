@@ -24,6 +24,8 @@ FEW="$WORK/planted-1000"
 LOGS="$WORK/logs"
 STATEFUL=(join-enrich payment-metrics payment-anomalies)
 log() { printf 'bench-state: %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib/services.sh
+. scripts/lib/services.sh
 
 cargo build --release --workspace --bins --locked
 mkdir -p "$WORK" "$LOGS"
@@ -46,7 +48,7 @@ embedded "$DATA" "$N customers"
 
 # --- 2. Kafka ------------------------------------------------------------------------
 export VIGIL_STACK_STATE="$WORK/stack"
-trap 'pkill -f "target/release/vigil-" 2>/dev/null || true; scripts/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'svc_stop_all; scripts/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
 scripts/local-stack.sh start >/dev/null
 set -a
 # shellcheck disable=SC1091
@@ -54,25 +56,14 @@ set -a
 set +a
 target/release/vigil-admin provision >/dev/null
 
-declare -A PIDS PORTS
-start() { # service
-  local port=$((30000 + RANDOM % 20000))
-  VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info,rdkafka=warn \
-    target/release/vigil-"$1" >>"$LOGS/$1.log" 2>&1 &
-  PIDS[$1]=$!
-  PORTS[$1]=$port
-}
-metric() { # service metric-name (summed over its series)
-  curl -s "127.0.0.1:${PORTS[$1]}/metrics" | awk -v m="$2" '$1 ~ "^"m"({|$)" {s += $2} END {printf "%.0f", s}'
-}
-for s in join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor; do start "$s"; done
+for s in "${SERVICES[@]}"; do svc_start "$s"; done
 sleep 5
 log "producing $((2 * N)) records"
 t0=$(date +%s.%N)
 target/release/vigil-generator --kafka --input "$DATA" 2>>"$LOGS/generator.log"
 produced=$(date +%s.%N)
 log "waiting for payment-anomalies and payment-metrics to read every enriched payment"
-while (($(metric payment-anomalies vigil_records_in_total) < N || $(metric payment-metrics vigil_records_in_total) < N)); do
+while (($(svc_metric payment-anomalies vigil_records_in_total) < N || $(svc_metric payment-metrics vigil_records_in_total) < N)); do
   sleep 2
 done
 done_at=$(date +%s.%N)
@@ -81,12 +72,12 @@ echo
 echo "| stage | changelog records / commit | changelog bytes / commit | commit p50 ≈ | commits | RSS | live state entries | RSS per entry |"
 echo "|---|---|---|---|---|---|---|---|"
 for s in "${STATEFUL[@]}"; do
-  commits=$(metric "$s" vigil_transaction_commits_total)
-  records=$(metric "$s" vigil_changelog_records_total)
-  bytes=$(metric "$s" vigil_changelog_bytes_total)
+  commits=$(svc_metric "$s" vigil_transaction_commits_total)
+  records=$(svc_metric "$s" vigil_changelog_records_total)
+  bytes=$(svc_metric "$s" vigil_changelog_bytes_total)
   sum=$(curl -s "127.0.0.1:${PORTS[$s]}/metrics" | awk '$1 ~ /^vigil_transaction_commit_seconds_sum/ {print $2}')
   rss=$(awk '/VmRSS/ {print $2}' "/proc/${PIDS[$s]}/status")
-  entries=$(metric "$s" vigil_state_entries)
+  entries=$(svc_metric "$s" vigil_state_entries)
   printf '| %s | %.0f | %.0f | %.1f ms (mean) | %s | %s MiB | %s | %s B |\n' "$s" \
     "$(bc -l <<<"$records / $commits")" "$(bc -l <<<"$bytes / $commits")" "$(bc -l <<<"$sum * 1000 / $commits")" \
     "$commits" "$((rss / 1024))" "$entries" "$( ((entries > 0)) && echo $((rss * 1024 / entries)) || echo -)"
@@ -101,31 +92,18 @@ echo "|---|---|---|---|"
 for s in "${STATEFUL[@]}"; do
   kill -9 "${PIDS[$s]}"
   wait "${PIDS[$s]}" 2>/dev/null || true
-  start "$s"
-  until grep -q "tasks ready" <(tail -n 20 "$LOGS/$s.log") 2>/dev/null && (($(metric "$s" vigil_restored_records_total) > 0)); do
+  svc_start "$s"
+  until grep -q "tasks ready" <(tail -n 20 "$LOGS/$s-0.log") 2>/dev/null && (($(svc_metric "$s" vigil_restored_records_total) > 0)); do
     sleep 1
   done
-  restored=$(metric "$s" vigil_restored_records_total)
+  restored=$(svc_metric "$s" vigil_restored_records_total)
   seconds=$(curl -s "127.0.0.1:${PORTS[$s]}/metrics" | awk '$1 ~ /^vigil_restore_seconds/ {print $2}')
   printf '| %s | %s | %.2f s | %.0f |\n' "$s" "$restored" "$seconds" "$(bc -l <<<"$restored / $seconds")"
 done
 
 # --- 4. same output as the embedded runtime -----------------------------------------
 log "comparing the committed output with the embedded runtime's"
-digest() { python3 -c '
-import sys, hashlib, collections
-counts, total = collections.Counter(), 0
-for line in sys.stdin:
-    line = line.rstrip("\n")
-    if not line or line.startswith("DEAD_LETTER>"):
-        continue
-    counts[line.split(">")[0]] += 1
-    total = (total + int.from_bytes(hashlib.sha1(line.encode()).digest()[:8], "big")) % (1 << 64)
-print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())), f"digest={total:016x}")'; }
-kafka=$(target/release/vigil-admin tail --idle-exit-secs 10 enriched-payments payment-metrics payment-anomalies \
-  device-metrics device-anomalies device-events-late enriched-payments-late health-alerts | digest)
-embedded=$(target/release/vigil-pipeline --input "$DATA" | digest)
+committed_output "$WORK/kafka.txt"
+target/release/vigil-pipeline --input "$DATA" >"$WORK/embedded.txt"
 echo
-echo "embedded: $embedded"
-echo "kafka:    $kafka"
-[[ "$kafka" == "$embedded" ]] && echo "same output" || { echo "OUTPUTS DIFFER"; exit 1; }
+scripts/lib/compare-outputs.py "$WORK/kafka.txt" "$WORK/embedded.txt"

@@ -8,6 +8,8 @@
 #
 #   scripts/local-stack.sh start    fetch (once), start both, write .cache/local-stack/env
 #   scripts/local-stack.sh stop     stop both, delete their data
+#   scripts/local-stack.sh restart-kafka [crash]   stop (or kill -9) the broker and
+#                                   start it again on its data (a fault to survive)
 #   scripts/local-stack.sh status
 #   scripts/local-stack.sh fetch    only fetch the jars into .cache/local-stack (once)
 #   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
@@ -113,6 +115,32 @@ registry_ready() {
   [[ "$(curl -s -o /dev/null -w '%{http_code}' "$REGISTRY_URL/subjects")" == 200 ]]
 }
 
+# Console logging at INFO via log4j2's default config: no config file needed.
+launch_kafka() {
+  # shellcheck disable=SC2086
+  nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
+    kafka.Kafka "$RUN/kafka/server.properties" >>"$LOGS/kafka.log" 2>&1 </dev/null &
+  echo $! >"$RUN/kafka.pid"
+}
+
+# The broker stopped (SIGTERM, or SIGKILL with `crash`) and started again on the same
+# data and port: a broker restart as a deployment meets it.
+restart_kafka() {
+  alive kafka || die "Kafka is not running"
+  KAFKA_PORT="$(sed -n 's/^VIGIL_BOOTSTRAP_SERVERS=127.0.0.1://p' "$ENV_FILE")"
+  if [[ "${1:-}" == crash ]]; then
+    kill -KILL "$(pid_of kafka)"
+    while alive kafka; do sleep 0.2; done
+  else
+    stop_one kafka
+  fi
+  local t0=$SECONDS
+  launch_kafka
+  wait_for kafka kafka_ready
+  log "Kafka restarted, ready after $((SECONDS - t0)) s"
+}
+
 start() {
   alive kafka && alive registry && [[ -f "$ENV_FILE" ]] && { log "already running"; cat "$ENV_FILE"; return 0; }
   stop_all quiet  # clear a half-started or crashed stack
@@ -145,13 +173,9 @@ start() {
     || { cat "$LOGS/kafka-format.log" >&2; die "formatting Kafka storage failed"; }
 
   # Both JVMs start together (they don't depend on each other) to save time.
-  # Console logging at INFO via log4j2's default config: no config file needed.
   log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller :$CONTROLLER_PORT)..."
-  # shellcheck disable=SC2086
-  nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
-    kafka.Kafka "$RUN/kafka/server.properties" >"$LOGS/kafka.log" 2>&1 </dev/null &
-  echo $! >"$RUN/kafka.pid"
+  : >"$LOGS/kafka.log"
+  launch_kafka
 
   # Apicurio 3.0.x ships a legacy "*-runner.jar", 3.1+ a "quarkus-run.jar".
   local jar
@@ -204,8 +228,9 @@ status() {
 case "${1:-}" in
   start) start ;;
   stop) stop_all; log "stopped" ;;
+  restart-kafka) restart_kafka "${2:-}" ;;
   status) status ;;
   fetch) fetch ;;
   kafka-class) shift; [[ $# -ge 1 ]] || die "usage: $0 kafka-class <main-class> [args...]"; kafka_class "$@" ;;
-  *) echo "usage: $0 {start|stop|status|fetch|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
+  *) echo "usage: $0 {start|stop|restart-kafka [crash]|status|fetch|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
 esac

@@ -91,6 +91,7 @@ enum StreamKind {
 }
 
 fn main() -> ExitCode {
+    vigil_kafka::observe::init_tracing();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

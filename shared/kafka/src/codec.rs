@@ -83,9 +83,11 @@ impl Codec {
     pub fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>, CodecError> {
         let strategy =
             SubjectNameStrategy::TopicNameStrategyWithSchema(topic.name.to_string(), false, self.supplied(topic.name));
-        self.encoder
-            .encode_struct(value, &strategy)
-            .map_err(|e| CodecError::Encode { topic: topic.name.to_string(), reason: e.to_string() })
+        self.encoder.encode_struct(value, &strategy).map_err(|e| match e.retriable {
+            // Registering or looking up the schema failed: the registry, not the value.
+            true => CodecError::Registry { url: self.url.clone(), reason: e.to_string() },
+            false => CodecError::Encode { topic: topic.name.to_string(), reason: e.to_string() },
+        })
     }
 
     /// The Avro value in a payload, whatever its schema.

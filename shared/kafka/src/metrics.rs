@@ -11,6 +11,8 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
+use crate::status::Ledger;
+
 /// A process's metric families; members take their labelled children from it.
 pub struct MetricsRegistry {
     registry: Registry,
@@ -35,6 +37,7 @@ pub struct MetricsRegistry {
     rerouted: IntCounterVec,
     paused: IntGaugeVec,
     degraded: IntGaugeVec,
+    ledger: IntGaugeVec,
 }
 
 impl MetricsRegistry {
@@ -119,6 +122,19 @@ impl MetricsRegistry {
                 "member_degraded",
                 "1 from a member's failure (broker, registry or transaction fault) until its first commit after the restart",
             ),
+            ledger: {
+                let g = IntGaugeVec::new(
+                    opts(
+                        "member_ledger_records",
+                        "Input records of the member's tasks by outcome, as last committed \
+                         (read = on_time + late + dead_letters; rerouted ones are read again downstream)",
+                    ),
+                    &["stage", "member", "outcome"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             rerouted: counters(
                 "rerouted_records_total",
                 "Source records off their key's partition, sent through the stage's repartition topic",
@@ -211,6 +227,21 @@ impl MemberMetrics {
         self.registry.records_out.with_label_values(&[&self.stage, &self.member, topic])
     }
 
+    /// The committed ledger of the member's tasks, summed.
+    pub fn set_ledger(&self, ledger: &Ledger) {
+        let outcomes = [
+            ("read", ledger.read),
+            ("on_time", ledger.on_time),
+            ("late", ledger.late),
+            ("dead_letters", ledger.dead_letters),
+            ("rerouted", ledger.rerouted),
+            ("written", ledger.written),
+        ];
+        for (outcome, n) in outcomes {
+            self.registry.ledger.with_label_values(&[&self.stage, &self.member, outcome]).set(n as i64);
+        }
+    }
+
     pub fn committed_now(&self) {
         self.last_commit.set(now_secs());
     }
@@ -260,5 +291,18 @@ mod tests {
             r#"vigil_records_in_total{member="tm-1-0",stage="join-enrich",topic="orders",taskmanager="tm-1"} 1"#
         ));
         assert!(text.contains(r#"vigil_start_time_seconds{component="taskmanager",taskmanager="tm-1"}"#));
+    }
+
+    #[test]
+    fn the_committed_ledger_is_a_series_per_outcome() {
+        let registry = MetricsRegistry::new("join-enrich", &[]);
+        let ledger = Ledger { read: 7, on_time: 5, late: 1, dead_letters: 1, rerouted: 2, written: 9 };
+        registry.member("join-enrich", "0").set_ledger(&ledger);
+        let text = registry.render();
+        for (outcome, n) in [("read", 7), ("on_time", 5), ("late", 1), ("dead_letters", 1), ("rerouted", 2)] {
+            let series =
+                format!(r#"vigil_member_ledger_records{{member="0",outcome="{outcome}",stage="join-enrich"}} {n}"#);
+            assert!(text.contains(&series), "{series} in\n{text}");
+        }
     }
 }

@@ -2,16 +2,18 @@
 //! would: Avro values under the input topics' schemas, keyed so co-partitioned
 //! topics line up (orders and payments by order_id, device events by site_id).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
+use serde::Serialize;
+use tracing::warn;
 use vigil_model::{DeviceEvent, InputRecord, Millis, Order, Payment, Source};
 
-use crate::codec::Codec;
+use crate::codec::{Codec, CodecError};
 use crate::markers::{self, Marker};
 use crate::topics::{Topic, DEVICE_EVENTS, ORDERS, PAYMENTS};
 
@@ -51,6 +53,9 @@ impl Keying {
         }
     }
 }
+
+/// How long a producer waits for an unreachable schema registry before it gives up.
+const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
 
 pub struct InputProducer {
     producer: Kafka,
@@ -98,15 +103,32 @@ impl InputProducer {
     /// Sends one record as Avro, keyed as this producer keys.
     pub fn send_record(&self, record: &InputRecord) -> Result<()> {
         let (topic, value) = match record {
-            InputRecord::Order(o) => (ORDERS, self.codec.encode(ORDERS, o)?),
-            InputRecord::Payment(p) => (PAYMENTS, self.codec.encode(PAYMENTS, p)?),
-            InputRecord::Device(d) => (DEVICE_EVENTS, self.codec.encode(DEVICE_EVENTS, d)?),
+            InputRecord::Order(o) => (ORDERS, self.encode(ORDERS, o)?),
+            InputRecord::Payment(p) => (PAYMENTS, self.encode(PAYMENTS, p)?),
+            InputRecord::Device(d) => (DEVICE_EVENTS, self.encode(DEVICE_EVENTS, d)?),
         };
         let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(&value);
         if let Some(key) = self.keying.key_of(record) {
             out = out.key(key);
         }
         self.send(out)
+    }
+
+    /// A value as Avro; while the schema registry cannot be reached (the schema is
+    /// fetched once per topic), it waits and tries again, for up to five minutes.
+    fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>> {
+        let give_up = Instant::now() + REGISTRY_PATIENCE;
+        let mut wait = Duration::from_millis(500);
+        loop {
+            match self.codec.encode(topic, value) {
+                Err(CodecError::Registry { url, reason }) if Instant::now() < give_up => {
+                    warn!(%url, %reason, "the schema registry is unreachable; trying again in {wait:?}");
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(10));
+                }
+                other => return Ok(other?),
+            }
+        }
     }
 
     /// Records already in the input topics (every partition's end offset, summed).

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _, Result};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseRecord, Producer};
@@ -39,10 +39,14 @@ use crate::produce::{self, Kafka};
 use crate::restore;
 use crate::service::{InputKind, Parallelism, Service};
 pub use crate::settings::{Common, Settings};
-use crate::status::{Commit, Role, SharedStatus};
+use crate::status::{Commit, Ledger, Role, SharedStatus};
 use crate::topics::{self, Topic, DEAD_LETTERS};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long to wait for the broker to say where a silent partition ends.
+const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
+/// Failed commits in a row after which a member starts over with new clients.
+const COMMIT_ATTEMPTS: u32 = 3;
 
 /// The producer lost its transactional id to another member (or failed for good).
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +119,8 @@ pub struct Runner<S: Service> {
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
     in_transaction: bool,
+    /// Commits that failed since the last one that went through.
+    failed_commits: u32,
     last_commit: Instant,
     /// Records-in counters by input index, records-out counters by topic.
     records_in: Vec<prometheus::IntCounter>,
@@ -177,6 +183,7 @@ impl<S: Service> Runner<S> {
             last_heard: HashMap::new(),
             drained: false,
             in_transaction: false,
+            failed_commits: 0,
             last_commit: Instant::now(),
             records_in,
             records_out,
@@ -312,6 +319,9 @@ impl<S: Service> Runner<S> {
         let tasks = self.core.task_statuses();
         self.metrics.tasks.set(tasks.len() as i64);
         self.metrics.state_entries.set(self.core.live_entries() as i64);
+        let mut ledger = Ledger::default();
+        tasks.iter().for_each(|t| ledger.add(&t.ledger));
+        self.metrics.set_ledger(&ledger);
         let mut status = self.status.lock().expect("status");
         status.tasks = tasks;
         status.aborts = self.metrics.aborts.get();
@@ -487,9 +497,12 @@ impl<S: Service> Runner<S> {
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
     /// holding its readers back (`TaskCore::mark_idle`) — but only once it has nothing
-    /// left to read: the consumer has drained what it fetched, and the partition's
-    /// position is at its end. A partition behind a backlog is slow, not idle; taking
-    /// it for idle would let the watermark overtake its records.
+    /// left to read: the consumer has drained what it fetched, and the broker says now
+    /// that the partition's position is its end. A partition behind a backlog is slow,
+    /// not idle, and one the broker cannot be asked about (it is restarting, or
+    /// stalled) may be filling up: taking either for idle would let the watermark
+    /// overtake its records. (The offsets cached from the last fetch are not enough:
+    /// they are as old as the outage.)
     fn mark_idle_partitions(&mut self) {
         if !self.drained {
             return;
@@ -497,11 +510,15 @@ impl<S: Service> Runner<S> {
         let silent: Vec<Slot> =
             self.last_heard.iter().filter(|(_, heard)| heard.elapsed() >= self.idle_after).map(|(s, _)| *s).collect();
         for slot in silent {
-            let Some((low, high)) = cached_watermarks(&self.consumer, &self.topics[slot.0].0, slot.1) else { continue };
+            // Asked again only after another silent spell.
+            self.last_heard.insert(slot, Instant::now());
+            let topic = &self.topics[slot.0].0;
+            // No answer: the broker is away, and the other partitions wait too.
+            let Ok((low, high)) = self.consumer.fetch_watermarks(topic, slot.1, END_OFFSET_TIMEOUT) else { break };
             let position = self.core.position(slot).unwrap_or(low);
             // One offset of slack: a transactional producer's commit marker takes the
             // last offset of its partition and is never delivered as a record.
-            if high >= 0 && high - position <= 1 {
+            if high - position <= 1 {
                 self.core.mark_idle(slot);
             }
         }
@@ -588,6 +605,7 @@ impl<S: Service> Runner<S> {
         match result {
             Ok(()) => {
                 let took = started.elapsed();
+                self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();
                 self.metrics.commits.inc();
@@ -609,7 +627,14 @@ impl<S: Service> Runner<S> {
                 Ok(())
             }
             Err(KafkaError::Transaction(t)) if t.is_fatal() => Err(self.fatal(KafkaError::Transaction(t))),
+            // Redoing the work with the same consumer did not help (its group
+            // membership is stale after a broker restart, say): the member fails, and
+            // its supervisor starts it again with new clients.
+            Err(e) if self.failed_commits + 1 >= COMMIT_ATTEMPTS => {
+                Err(anyhow!("{COMMIT_ATTEMPTS} commits in a row failed, the last with: {e}"))
+            }
             Err(e) => {
+                self.failed_commits += 1;
                 warn!(error = %e, "commit failed; redoing the work since the last commit");
                 self.abort()
             }
@@ -679,27 +704,4 @@ impl<S: Service> Runner<S> {
     fn fenced(&self, reason: String) -> anyhow::Error {
         anyhow::Error::new(Fenced { transactional_id: self.settings.transactional_id.clone(), reason })
     }
-}
-
-/// The low and high offsets of a partition as of the consumer's last fetch from it,
-/// without asking the broker (librdkafka keeps them; rdkafka does not expose them).
-fn cached_watermarks<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<(i64, i64)> {
-    let topic = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1i64, -1i64);
-    // SAFETY: the client pointer lives as long as `consumer`; the call only reads
-    // librdkafka's cached offsets into the two locals.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR).then_some((low, high))
 }
