@@ -685,6 +685,11 @@ impl<S: Service> TaskCore<S> {
         self.paused.len()
     }
 
+    /// Whether an input partition is held back (see [`TaskCore::flow`]).
+    pub fn is_paused(&self, slot: Slot) -> bool {
+        self.paused.contains(&slot)
+    }
+
     // --- commit and abort -------------------------------------------------------------
 
     /// The markers, changelog writes and offsets of a commit. Calling it again before

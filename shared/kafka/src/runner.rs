@@ -360,6 +360,9 @@ impl<S: Service> Runner<S> {
         for (topic, p) in assigned {
             tpl.add_partition(topic, *p);
         }
+        // librdkafka keeps a partition paused across an eager rebalance; the core
+        // starts it afresh, unpaused, so the consumer must too.
+        self.consumer.resume(&tpl).context("cannot resume the assigned partitions")?;
         let offsets = self.consumer.committed_offsets(tpl, IO_TIMEOUT).context("cannot read the committed offsets")?;
         let slots: Vec<Slot> = assigned.iter().filter_map(|(t, p)| self.slot_of(t, *p)).collect();
         let committed: Vec<(Slot, Option<i64>)> = offsets
@@ -496,13 +499,13 @@ impl<S: Service> Runner<S> {
     }
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
-    /// holding its readers back (`TaskCore::mark_idle`) — but only once it has nothing
-    /// left to read: the consumer has drained what it fetched, and the broker says now
-    /// that the partition's position is its end. A partition behind a backlog is slow,
-    /// not idle, and one the broker cannot be asked about (it is restarting, or
-    /// stalled) may be filling up: taking either for idle would let the watermark
-    /// overtake its records. (The offsets cached from the last fetch are not enough:
-    /// they are as old as the outage.)
+    /// holding its readers back (`TaskCore::mark_idle`) — but only if nothing of it
+    /// can be on its way: it is not paused (a paused partition behind a backlog is
+    /// slow, not idle), the consumer has drained what it fetched, and the broker
+    /// answers now (one that is restarting or stalled may be filling it up: taking it
+    /// for idle would let the watermark overtake its records). The end offset is not
+    /// compared with the position: under read_committed a partition can end in
+    /// records never delivered (an aborted transaction and its markers).
     fn mark_idle_partitions(&mut self) {
         if !self.drained {
             return;
@@ -512,15 +515,14 @@ impl<S: Service> Runner<S> {
         for slot in silent {
             // Asked again only after another silent spell.
             self.last_heard.insert(slot, Instant::now());
-            let topic = &self.topics[slot.0].0;
-            // No answer: the broker is away, and the other partitions wait too.
-            let Ok((low, high)) = self.consumer.fetch_watermarks(topic, slot.1, END_OFFSET_TIMEOUT) else { break };
-            let position = self.core.position(slot).unwrap_or(low);
-            // One offset of slack: a transactional producer's commit marker takes the
-            // last offset of its partition and is never delivered as a record.
-            if high - position <= 1 {
-                self.core.mark_idle(slot);
+            if self.core.is_paused(slot) {
+                continue;
             }
+            // No answer: the broker is away, and the other partitions wait too.
+            if self.consumer.fetch_watermarks(&self.topics[slot.0].0, slot.1, END_OFFSET_TIMEOUT).is_err() {
+                break;
+            }
+            self.core.mark_idle(slot);
         }
     }
 

@@ -97,3 +97,58 @@ fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
     assert!(degraded.is_empty(), "still degraded after the faults: {degraded:?}");
     assert!(services[joins].log_text().contains("member failed"), "join-enrich retried its start");
 }
+
+/// Waits up to 90 s for `done`, failing with `what` and the services' logs.
+fn wait_until(services: &[Running], what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        let logs: Vec<String> = services.iter().map(|s| format!("== {}\n{}", s.name, s.log_text())).collect();
+        assert!(Instant::now() < deadline, "{what}\n{}", logs.join("\n"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn keyed_stages_growing_to_three_members_and_back_again_and_again_lose_and_double_nothing() {
+    let (_one, stack, services) = start(RUN_PREFIX);
+    let rounds = 3;
+    let input: Vec<Line> = MergedInput::planted(20, 11).map(Result::unwrap).collect();
+    let mut chunks = input.chunks(input.len().div_ceil(2 * rounds + 1));
+    let producer = stack.producer();
+    send_lines(&producer, chunks.next().unwrap());
+    let keyed = ["join-enrich", "device-router"];
+    for round in 1..=rounds {
+        // Grow: instances 1 and 2 of each keyed stage join its group and take partitions.
+        let extra: Vec<Running> = keyed.iter().flat_map(|s| [stack.spawn(s, "1"), stack.spawn(s, "2")]).collect();
+        extra.iter().for_each(Running::wait_ready);
+        wait_until(&extra, &format!("round {round}: the new members got no partitions"), || {
+            extra.iter().all(|s| s.metric("vigil_tasks") > 0 && s.metric("vigil_transaction_commits_total") > 0)
+        });
+        send_lines(&producer, chunks.next().unwrap());
+        wait_until(&extra, &format!("round {round}: the new members read nothing"), || {
+            keyed.iter().all(|k| {
+                extra.iter().filter(|s| s.name == *k).map(|s| s.metric("vigil_records_in_total")).sum::<u64>() > 0
+            })
+        });
+        // Shrink: instance 1 leaves cleanly, instance 2 is killed (SIGKILL on drop);
+        // instance 0 takes everything back, the killed one's after its session ends.
+        let (leaving, killed): (Vec<_>, Vec<_>) = extra.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        for (_, mut s) in leaving {
+            s.sigterm();
+            assert!(s.child.wait().unwrap().success(), "{} leaves cleanly on SIGTERM", s.name);
+        }
+        drop(killed);
+        send_lines(&producer, chunks.next().unwrap());
+    }
+    for rest in chunks {
+        send_lines(&producer, rest);
+    }
+    producer.finish().unwrap();
+    producer.flush().unwrap();
+
+    let expected = reference(Dataset::planted(20, 11));
+    let (got, _) = stack.wait_for(&expected, Duration::from_secs(180));
+    drop(services);
+    assert_same(&got, &expected, "Kafka output after the rebalance storm differs from the embedded runtime");
+}
