@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -296,7 +296,13 @@ impl<S: Service> Runner<S> {
                     let message = message.detach();
                     self.on_message(&message)?
                 }
-                Some(Err(e)) => warn!(error = %e, "consumer error"),
+                // A fatal consumer error (a static member fenced after its session
+                // ran out in a broker outage, say) leaves the consumer unusable: the
+                // member fails and its supervisor starts it with new clients.
+                Some(Err(e)) => match self.consumer.client().fatal_error() {
+                    Some((_, reason)) => bail!("the consumer failed fatally: {reason} ({e})"),
+                    None => warn!(error = %e, "consumer error"),
+                },
                 None => {}
             }
             self.emit()?;
