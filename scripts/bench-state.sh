@@ -26,6 +26,8 @@ STATEFUL=(join-enrich payment-metrics payment-anomalies)
 log() { printf 'bench-state: %s\n' "$*" >&2; }
 # shellcheck source=scripts/lib/services.sh
 . scripts/lib/services.sh
+# shellcheck source=scripts/lib/stack.sh
+. scripts/lib/stack.sh
 
 cargo build --release --workspace --bins --locked
 mkdir -p "$WORK" "$LOGS"
@@ -49,11 +51,7 @@ embedded "$DATA" "$N customers"
 # --- 2. Kafka ------------------------------------------------------------------------
 export VIGIL_STACK_STATE="$WORK/stack"
 trap 'svc_stop_all; scripts/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
-scripts/local-stack.sh start >/dev/null
-set -a
-# shellcheck disable=SC1091
-. "$VIGIL_STACK_STATE/env"
-set +a
+stack_up
 target/release/vigil-admin provision >/dev/null
 
 for s in "${SERVICES[@]}"; do svc_start "$s"; done

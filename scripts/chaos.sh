@@ -47,6 +47,8 @@ records=$(cat "$DATA"/*.ndjson | wc -l)
 export VIGIL_STACK_STATE="$WORK/stack"
 # shellcheck source=scripts/lib/services.sh
 . scripts/lib/services.sh
+# shellcheck source=scripts/lib/stack.sh
+. scripts/lib/stack.sh
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {
   kill -CONT "$(cat "$VIGIL_STACK_STATE/run/kafka.pid" 2>/dev/null)" "$(cat "$VIGIL_STACK_STATE/run/registry.pid" 2>/dev/null)" 2>/dev/null || true
@@ -54,11 +56,7 @@ cleanup() {
   scripts/local-stack.sh stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-scripts/local-stack.sh start >/dev/null
-set -a
-# shellcheck disable=SC1091
-. "$VIGIL_STACK_STATE/env"
-set +a
+stack_up
 stack_pid() { cat "$VIGIL_STACK_STATE/run/$1.pid"; }
 target/release/vigil-admin provision >/dev/null
 for s in "${SERVICES[@]}"; do svc_start "$s"; done

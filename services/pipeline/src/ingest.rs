@@ -24,7 +24,62 @@ pub enum Line {
     Dead(DeadLetter),
 }
 
-type RawLines = Box<dyn Iterator<Item = io::Result<Vec<u8>>>>;
+/// The longest line taken as a record. A longer one is a dead letter (its first KiB
+/// kept) and is skipped without being held in memory: one runaway line (a file with no
+/// newlines, say) cannot take all memory.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+const DEAD_LINE_PREFIX: usize = 1 << 10;
+
+/// A raw line, or the start of one longer than [`MAX_LINE_BYTES`].
+enum RawLine {
+    Whole(Vec<u8>),
+    TooLong { start: Vec<u8>, bytes: u64 },
+}
+
+type RawLines = Box<dyn Iterator<Item = io::Result<RawLine>>>;
+
+/// Lines of a reader, none held beyond [`MAX_LINE_BYTES`].
+struct BoundedLines<R>(R);
+
+impl<R: BufRead> Iterator for BoundedLines<R> {
+    type Item = io::Result<RawLine>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut line = Vec::new();
+        let mut bytes = 0u64;
+        let mut seen_any = false;
+        loop {
+            let buf = match self.0.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Some(Err(e)),
+            };
+            if buf.is_empty() {
+                if !seen_any {
+                    return None;
+                }
+                break;
+            }
+            seen_any = true;
+            let newline = buf.iter().position(|&b| b == b'\n');
+            let chunk = &buf[..newline.unwrap_or(buf.len())];
+            let room = (MAX_LINE_BYTES + 1).saturating_sub(line.len());
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            bytes += chunk.len() as u64;
+            let used = chunk.len() + usize::from(newline.is_some());
+            self.0.consume(used);
+            if newline.is_some() {
+                break;
+            }
+        }
+        Some(Ok(if line.len() > MAX_LINE_BYTES {
+            line.truncate(DEAD_LINE_PREFIX);
+            RawLine::TooLong { start: line, bytes }
+        } else {
+            RawLine::Whole(line)
+        }))
+    }
+}
 
 pub struct StreamReader {
     source: Source,
@@ -34,27 +89,27 @@ pub struct StreamReader {
 
 impl StreamReader {
     pub fn from_file(source: Source, path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
-        let lines = BufReader::with_capacity(1 << 16, file).split(b'\n');
-        Ok(StreamReader { source, lines: Box::new(lines), line_number: 0 })
+        Ok(Self::from_reader(source, BufReader::with_capacity(1 << 16, File::open(path)?)))
+    }
+
+    /// NDJSON lines of a reader (a file's content, say).
+    pub fn from_reader(source: Source, reader: impl BufRead + 'static) -> Self {
+        StreamReader { source, lines: Box::new(BoundedLines(reader)), line_number: 0 }
     }
 
     pub fn from_lines(source: Source, lines: impl IntoIterator<Item = String> + 'static) -> Self {
-        StreamReader { source, lines: Box::new(lines.into_iter().map(|l| Ok(l.into_bytes()))), line_number: 0 }
+        let lines = lines.into_iter().map(|l| Ok(RawLine::Whole(l.into_bytes())));
+        StreamReader { source, lines: Box::new(lines), line_number: 0 }
     }
 
     /// The next non-blank line, parsed.
-    fn next_line(&mut self) -> Option<io::Result<Line>> {
+    pub fn next_line(&mut self) -> Option<io::Result<Line>> {
         loop {
             let raw = match self.lines.next()? {
                 Ok(raw) => raw,
                 Err(e) => return Some(Err(e)),
             };
             self.line_number += 1;
-            let raw = raw.strip_suffix(b"\r").unwrap_or(&raw);
-            if raw.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
             let dead = |reason: String, line: String| DeadLetter {
                 record_type: RecordType::DeadLetter,
                 source: self.source.name().to_string(),
@@ -62,6 +117,19 @@ impl StreamReader {
                 reason,
                 line,
             };
+            let raw = match raw {
+                RawLine::Whole(raw) => raw,
+                RawLine::TooLong { start, bytes } => {
+                    let reason = format!(
+                        "line is {bytes} bytes, over the limit of {MAX_LINE_BYTES}; only its first {DEAD_LINE_PREFIX} are kept here"
+                    );
+                    return Some(Ok(Line::Dead(dead(reason, String::from_utf8_lossy(&start).into()))));
+                }
+            };
+            let raw = raw.strip_suffix(b"\r").unwrap_or(&raw);
+            if raw.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
             return Some(Ok(match std::str::from_utf8(raw) {
                 Err(e) => {
                     Line::Dead(dead(format!("line is not valid UTF-8: {e}"), String::from_utf8_lossy(raw).into()))
@@ -187,6 +255,26 @@ mod tests {
                 Line::Dead(d) => -(d.line_number as i64),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_a_dead_letter_and_the_next_line_is_read() {
+        let content = format!("{}\n{}\n{}\n", order("a", 10), "x".repeat(3 * MAX_LINE_BYTES), order("b", 30));
+        let mut reader = StreamReader::from_reader(Source::Orders, io::Cursor::new(content.into_bytes()));
+        let lines: Vec<Line> = std::iter::from_fn(|| reader.next_line()).map(Result::unwrap).collect();
+        assert_eq!(times(&lines), vec![10, -2, 30]);
+        let Line::Dead(d) = &lines[1] else { unreachable!() };
+        assert!(d.reason.contains(&format!("line is {} bytes", 3 * MAX_LINE_BYTES)), "{}", d.reason);
+        assert_eq!(d.line.len(), DEAD_LINE_PREFIX);
+    }
+
+    #[test]
+    fn the_last_line_needs_no_newline_and_a_line_at_the_limit_is_read() {
+        let padded = format!("{}{}", order("a", 10), " ".repeat(MAX_LINE_BYTES - order("a", 10).len()));
+        let content = format!("{padded}\n{}", order("b", 30));
+        let mut reader = StreamReader::from_reader(Source::Orders, io::Cursor::new(content.into_bytes()));
+        let lines: Vec<Line> = std::iter::from_fn(|| reader.next_line()).map(Result::unwrap).collect();
+        assert_eq!(times(&lines), vec![10, 30]);
     }
 
     #[test]

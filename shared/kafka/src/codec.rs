@@ -4,6 +4,7 @@
 //! `<topic>-value` on first use (or by `vigil-admin provision`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use apache_avro::types::Value;
@@ -18,6 +19,15 @@ use serde::Serialize;
 use crate::topics::{Topic, DATA_TOPICS};
 
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most a decoded value may claim for one string, array or map. A record is at
+/// most a Kafka message (1 MiB by default), so a larger length prefix is a lie; the
+/// Avro library's own default (512 MiB) would let one hostile record allocate that much.
+pub const MAX_DECODE_ALLOCATION: usize = 16 << 20;
+
+/// Schema ids the registry did not know are remembered (so each costs one lookup), but
+/// only this many: a stream of random ids must not grow the cache without bound.
+const MAX_REMEMBERED_ERRORS: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
@@ -36,10 +46,13 @@ pub struct Codec {
     encoder: AvroEncoder,
     decoder: AvroDecoder,
     subjects: HashMap<&'static str, SuppliedSchema>,
+    /// Lookups that failed since the decoder's error cache was last cleared.
+    failed_lookups: AtomicUsize,
 }
 
 impl Codec {
     pub fn new(registry_url: &str) -> Result<Codec, CodecError> {
+        apache_avro::util::max_allocation_bytes(MAX_DECODE_ALLOCATION);
         let registry = |reason: String| CodecError::Registry { url: registry_url.to_string(), reason };
         // A registry that does not answer in time counts as down (the member retries);
         // the client's default of 30 s would stall the processing loop.
@@ -61,6 +74,7 @@ impl Codec {
             decoder: AvroDecoder::new(settings.clone()),
             settings,
             subjects,
+            failed_lookups: AtomicUsize::new(0),
         })
     }
 
@@ -99,6 +113,10 @@ impl Codec {
             if e.retriable && !unknown_schema {
                 CodecError::Registry { url: self.url.clone(), reason: e.to_string() }
             } else {
+                if e.cached && self.failed_lookups.fetch_add(1, Ordering::Relaxed) >= MAX_REMEMBERED_ERRORS {
+                    self.decoder.remove_errors_from_cache();
+                    self.failed_lookups.store(0, Ordering::Relaxed);
+                }
                 CodecError::Decode(format!("not an Avro value in the Confluent wire format: {}", e.error))
             }
         })?;
