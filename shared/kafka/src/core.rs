@@ -589,6 +589,27 @@ impl<S: Service> TaskCore<S> {
         }
     }
 
+    /// When a record arrives on a source partition marked idle, the other idle source
+    /// partitions of its task: input has resumed, and theirs may have too. The shell
+    /// asks the broker and wakes ([`TaskCore::wake`]) those with records to come, so
+    /// the first partition fetched does not carry the watermark past the others.
+    pub fn idle_siblings(&self, (input, p): Slot) -> Vec<Slot> {
+        let idle = |(i, q): Slot| matches!(&self.clocks[i], Some(c) if c.partition_watermark(q as usize).is_none());
+        if !idle((input, p)) {
+            return Vec::new();
+        }
+        let task = self.parallelism.task_of(p);
+        self.slots_of(task).into_iter().filter(|&s| s != (input, p) && idle(s)).collect()
+    }
+
+    /// A source partition marked idle holds its task's watermark back again, until
+    /// its next record: the broker says it has records on their way.
+    pub fn wake(&mut self, (input, p): Slot) {
+        if let Some(clock) = &mut self.clocks[input] {
+            self.dirty |= clock.mark_idle(p as usize, false);
+        }
+    }
+
     /// Gives every task the watermark of its input partitions, if it moved.
     fn advance_watermarks(&mut self) {
         let ids: Vec<i32> = self.tasks.keys().copied().collect();

@@ -470,6 +470,9 @@ impl<S: Service> Runner<S> {
             }
         };
         let is_record = !matches!(incoming, Incoming::Marker(_));
+        if matches!(incoming, Incoming::Record { .. }) {
+            self.wake_idle_siblings(slot);
+        }
         match self.core.on_input(slot, offset, incoming)? {
             // Read again later: nothing of it counts yet.
             Routed::Held { seek } => {
@@ -505,31 +508,66 @@ impl<S: Service> Runner<S> {
     }
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
-    /// holding its readers back (`TaskCore::mark_idle`) — but only if nothing of it
+    /// holding its readers back (`TaskCore::mark_idle`) — but only once nothing of it
     /// can be on its way: it is not paused (a paused partition behind a backlog is
     /// slow, not idle), the consumer has drained what it fetched, and the broker
-    /// answers now (one that is restarting or stalled may be filling it up: taking it
-    /// for idle would let the watermark overtake its records). The end offset is not
-    /// compared with the position: under read_committed a partition can end in
-    /// records never delivered (an aborted transaction and its markers).
+    /// answers now that the consumer's position is the partition's end. A broker that
+    /// does not answer (restarting, stalled) makes nothing idle: the end offsets
+    /// cached from the last fetch are as old as the outage, and the partition may be
+    /// filling up.
     fn mark_idle_partitions(&mut self) {
         if !self.drained {
             return;
         }
         let silent: Vec<Slot> =
             self.last_heard.iter().filter(|(_, heard)| heard.elapsed() >= self.idle_after).map(|(s, _)| *s).collect();
+        if silent.is_empty() {
+            return;
+        }
+        let consumed = self.consumer.position().unwrap_or_default();
         for slot in silent {
             // Asked again only after another silent spell.
             self.last_heard.insert(slot, Instant::now());
             if self.core.is_paused(slot) {
                 continue;
             }
-            // No answer: the broker is away, and the other partitions wait too.
-            if self.consumer.fetch_watermarks(&self.topics[slot.0].0, slot.1, END_OFFSET_TIMEOUT).is_err() {
-                break;
+            match self.at_end(&consumed, slot) {
+                Some(true) => self.core.mark_idle(slot),
+                Some(false) => {}
+                // No answer: the broker is away, and the other partitions wait too.
+                None => break,
             }
-            self.core.mark_idle(slot);
         }
+    }
+
+    /// A record on an idle source partition: its task's other idle source partitions
+    /// with records still to come hold the watermark back again (see
+    /// `TaskCore::idle_siblings`); so does one the broker cannot be asked about.
+    fn wake_idle_siblings(&mut self, slot: Slot) {
+        let siblings = self.core.idle_siblings(slot);
+        if siblings.is_empty() {
+            return;
+        }
+        let consumed = self.consumer.position().unwrap_or_default();
+        for sibling in siblings {
+            if self.at_end(&consumed, sibling) != Some(true) {
+                self.core.wake(sibling);
+            }
+        }
+    }
+
+    /// Whether the consumer has read a partition to the end the broker reports now
+    /// (`None`: the broker did not answer). The consumer's own position counts the
+    /// transaction markers and aborted records it skipped, which are never delivered
+    /// as records; where it has none yet, one offset of slack covers a commit marker.
+    fn at_end(&self, consumed: &TopicPartitionList, slot: Slot) -> Option<bool> {
+        let topic = &self.topics[slot.0].0;
+        let (low, high) = self.consumer.fetch_watermarks(topic, slot.1, END_OFFSET_TIMEOUT).ok()?;
+        let position = match consumed.find_partition(topic, slot.1).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => self.core.position(slot).unwrap_or(low),
+        };
+        Some(high - position <= 1)
     }
 
     /// Pauses the partitions that ran too far ahead of their task, resumes those back

@@ -426,26 +426,8 @@ fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
     m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
     let (orders, payments) = ((0, 1), (1, 1));
     let t0 = 1_700_000_000_000;
-    let order = |i: i64| {
-        let o = vigil_model::Order {
-            order_id: format!("o{i}"),
-            customer_id: "c".into(),
-            order_amount: 1.0,
-            order_ts: t0 + i * 1000,
-            country: "US".into(),
-        };
-        record(JoinInput::Order(o), t0 + i * 1000)
-    };
-    let payment = |i: i64| {
-        let p = vigil_model::Payment {
-            payment_id: format!("p{i}"),
-            order_id: format!("o{i}"),
-            paid_amount: 1.0,
-            payment_ts: t0 + i * 1000,
-            method: "card".into(),
-        };
-        record(JoinInput::Payment(p), t0 + i * 1000)
-    };
+    let order = |i: i64| order_at(t0 + i * 1000, i);
+    let payment = |i: i64| payment_at(t0 + i * 1000, i);
     // Nothing comes through the repartition topics (every writer says it is idle);
     // orders stay at t0 while payments run two minutes ahead.
     m.hear_idle_writers();
@@ -461,6 +443,56 @@ fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
     assert_eq!(m.core.flow(), core::Flow::default());
     m.feed(orders, 2, order(100));
     assert_eq!(m.core.flow().resume, vec![payments], "back within half the skew: resumed");
+}
+
+/// Order `o{i}` at `ts`, as join-enrich reads it.
+fn order_at(ts: i64, i: i64) -> Incoming<JoinInput> {
+    let o = vigil_model::Order {
+        order_id: format!("o{i}"),
+        customer_id: "c".into(),
+        order_amount: 1.0,
+        order_ts: ts,
+        country: "US".into(),
+    };
+    record(JoinInput::Order(o), ts)
+}
+
+/// Payment `p{i}` of order `o{i}` at `ts`.
+fn payment_at(ts: i64, i: i64) -> Incoming<JoinInput> {
+    let p = vigil_model::Payment {
+        payment_id: format!("p{i}"),
+        order_id: format!("o{i}"),
+        paid_amount: 1.0,
+        payment_ts: ts,
+        method: "card".into(),
+    };
+    record(JoinInput::Payment(p), ts)
+}
+
+#[test]
+fn an_idle_partition_with_records_to_come_is_woken_when_its_sibling_resumes() {
+    let (orders, payments) = ((0, 1), (1, 1));
+    let t0 = 1_700_000_000_000;
+    // Both partitions read, then idle (the input paused); it resumes and payments are
+    // fetched first. The task's watermark after a payment two minutes on:
+    let resume = |wake_orders: bool| {
+        let mut m = Member::new(JoinEnrichService);
+        m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
+        m.hear_idle_writers();
+        m.feed(orders, 0, order_at(t0, 0));
+        m.feed(payments, 0, payment_at(t0, 0));
+        m.core.mark_idle(orders);
+        m.core.mark_idle(payments);
+        assert_eq!(m.core.idle_siblings(payments), vec![orders]);
+        if wake_orders {
+            m.core.wake(orders);
+        }
+        m.feed(payments, 1, payment_at(t0 + 120_000, 1));
+        assert!(m.core.idle_siblings(payments).is_empty(), "payments is active again");
+        m.core.task_statuses().into_iter().find(|t| t.task == 1).and_then(|t| t.watermark_ms).unwrap()
+    };
+    assert!(resume(false) > t0 + 60_000, "left idle, orders would be overtaken");
+    assert!(resume(true) <= t0, "woken (records to come), orders hold the watermark");
 }
 
 /// A stage's members over a simulated cluster: a log per partition of the source and
