@@ -273,7 +273,7 @@ impl<S: Service> Runner<S> {
         self.core.revoke_all();
         self.last_heard.clear();
         self.publish_tasks();
-        self.producer = transactional_producer(&self.settings)?;
+        self.replace_producer()?;
         self.set_role(Role::Standby);
         Ok(())
     }
@@ -445,7 +445,7 @@ impl<S: Service> Runner<S> {
             self.handle_rebalance()?;
             let task = self.core.service().parallelism().task_of(p);
             if self.core.tasks().any(|t| t == task) {
-                self.consumer.seek(message.topic(), p, Offset::Offset(offset), IO_TIMEOUT)?;
+                self.seek(slot, Offset::Offset(offset))?;
             }
             return Ok(());
         }
@@ -477,7 +477,7 @@ impl<S: Service> Runner<S> {
             // Read again later: nothing of it counts yet.
             Routed::Held { seek } => {
                 if let Some(from) = seek {
-                    self.pause_and_rewind(message.topic(), p, from)?;
+                    self.pause_and_rewind(slot, from)?;
                 }
                 return Ok(());
             }
@@ -499,75 +499,68 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    fn pause_and_rewind(&self, topic: &str, partition: i32, from: i64) -> Result<()> {
+    fn pause_and_rewind(&mut self, slot: Slot, from: i64) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(topic, partition);
+        tpl.add_partition(&self.topics[slot.0].0, slot.1);
         self.consumer.pause(&tpl).context("cannot pause partitions")?;
-        self.consumer.seek(topic, partition, Offset::Offset(from), IO_TIMEOUT).context("cannot seek")?;
+        self.seek(slot, Offset::Offset(from))
+    }
+
+    fn seek(&mut self, (i, p): Slot, to: Offset) -> Result<()> {
+        self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT).context("cannot seek")?;
         Ok(())
     }
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
-    /// holding its readers back (`TaskCore::mark_idle`) — but only once nothing of it
+    /// holding its readers back (`TaskCore::mark_idle`) — but only if nothing of it
     /// can be on its way: it is not paused (a paused partition behind a backlog is
     /// slow, not idle), the consumer has drained what it fetched, and the broker
-    /// answers now that the consumer's position is the partition's end. A broker that
-    /// does not answer (restarting, stalled) makes nothing idle: the end offsets
-    /// cached from the last fetch are as old as the outage, and the partition may be
-    /// filling up.
+    /// answers now (one that is restarting or stalled may be filling it up: taking it
+    /// for idle would let the watermark overtake its records, and the offsets cached
+    /// from the last fetch are as old as the outage). Its end offset is not compared
+    /// with the position: under read_committed a partition can end in offsets never
+    /// delivered (an aborted transaction and its markers), and librdkafka's own
+    /// position does not go back with a seek.
     fn mark_idle_partitions(&mut self) {
         if !self.drained {
             return;
         }
         let silent: Vec<Slot> =
             self.last_heard.iter().filter(|(_, heard)| heard.elapsed() >= self.idle_after).map(|(s, _)| *s).collect();
-        if silent.is_empty() {
-            return;
-        }
-        let consumed = self.consumer.position().unwrap_or_default();
         for slot in silent {
             // Asked again only after another silent spell.
             self.last_heard.insert(slot, Instant::now());
             if self.core.is_paused(slot) {
                 continue;
             }
-            match self.at_end(&consumed, slot) {
-                Some(true) => self.core.mark_idle(slot),
-                Some(false) => {}
-                // No answer: the broker is away, and the other partitions wait too.
-                None => break,
+            // No answer: the broker is away, and the other partitions wait too.
+            if self.end_offset(slot).is_none() {
+                break;
             }
+            self.core.mark_idle(slot);
         }
     }
 
     /// A record on an idle source partition: its task's other idle source partitions
-    /// with records still to come hold the watermark back again (see
-    /// `TaskCore::idle_siblings`); so does one the broker cannot be asked about.
+    /// that may have records to come (the broker says their end is past what the task
+    /// has read, or cannot be asked) hold the watermark back again (see
+    /// `TaskCore::idle_siblings`). Waking one too many only delays the watermark until
+    /// that partition is silent again; waking one too few would let it overtake.
     fn wake_idle_siblings(&mut self, slot: Slot) {
-        let siblings = self.core.idle_siblings(slot);
-        if siblings.is_empty() {
-            return;
-        }
-        let consumed = self.consumer.position().unwrap_or_default();
-        for sibling in siblings {
-            if self.at_end(&consumed, sibling) != Some(true) {
+        for sibling in self.core.idle_siblings(slot) {
+            let read = self.core.position(sibling).unwrap_or(0);
+            // One offset of slack: a transactional producer's commit marker takes the
+            // last offset of its partition and is never delivered as a record.
+            let at_end = self.end_offset(sibling).is_some_and(|end| end - read <= 1);
+            if !at_end {
                 self.core.wake(sibling);
             }
         }
     }
 
-    /// Whether the consumer has read a partition to the end the broker reports now
-    /// (`None`: the broker did not answer). The consumer's own position counts the
-    /// transaction markers and aborted records it skipped, which are never delivered
-    /// as records; where it has none yet, one offset of slack covers a commit marker.
-    fn at_end(&self, consumed: &TopicPartitionList, slot: Slot) -> Option<bool> {
-        let topic = &self.topics[slot.0].0;
-        let (low, high) = self.consumer.fetch_watermarks(topic, slot.1, END_OFFSET_TIMEOUT).ok()?;
-        let position = match consumed.find_partition(topic, slot.1).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => self.core.position(slot).unwrap_or(low),
-        };
-        Some(high - position <= 1)
+    /// A partition's end offset as the broker says it now (`None`: no answer).
+    fn end_offset(&self, (i, p): Slot) -> Option<i64> {
+        self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok().map(|(_, high)| high)
     }
 
     /// Pauses the partitions that ran too far ahead of their task, resumes those back
@@ -581,14 +574,15 @@ impl<S: Service> Runner<S> {
             }
             tpl
         };
-        if !flow.pause.is_empty() {
-            self.consumer.pause(&list(&flow.pause)).context("cannot pause partitions")?;
+        let (pause, resume) = (list(&flow.pause), list(&flow.resume));
+        if pause.count() > 0 {
+            self.consumer.pause(&pause).context("cannot pause partitions")?;
         }
-        for &((i, p), from) in &flow.rewind {
-            self.pause_and_rewind(&self.topics[i].0, p, from)?;
+        for &(slot, from) in &flow.rewind {
+            self.pause_and_rewind(slot, from)?;
         }
-        if !flow.resume.is_empty() {
-            self.consumer.resume(&list(&flow.resume)).context("cannot resume partitions")?;
+        if resume.count() > 0 {
+            self.consumer.resume(&resume).context("cannot resume partitions")?;
         }
         self.metrics.paused.set(self.core.paused() as i64);
         Ok(())
@@ -717,15 +711,24 @@ impl<S: Service> Runner<S> {
     fn abort(&mut self) -> Result<()> {
         self.in_transaction = false;
         self.metrics.aborts.inc();
-        self.producer = transactional_producer(&self.settings)?;
+        self.replace_producer()?;
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         let Rewind { tasks, seeks } = self.core.abort();
-        for ((i, p), offset) in seeks {
-            let to = offset.map_or(Offset::Beginning, Offset::Offset);
-            self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT)?;
+        for (slot, offset) in seeks {
+            self.seek(slot, offset.map_or(Offset::Beginning, Offset::Offset))?;
         }
         self.restore_tasks(&tasks)?;
         info!("rewound to the last commit with a new producer");
+        Ok(())
+    }
+
+    /// A new transactional producer in place of the current one. The old one is
+    /// dropped on a thread of its own: librdkafka's teardown of a producer whose
+    /// transaction failed can wait on a coordinator that is not answering, and the
+    /// loop must not wait with it (the new producer's epoch fences the old one).
+    fn replace_producer(&mut self) -> Result<()> {
+        let old = std::mem::replace(&mut self.producer, transactional_producer(&self.settings)?);
+        std::thread::spawn(move || drop(old));
         Ok(())
     }
 
