@@ -499,16 +499,15 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    fn pause_and_rewind(&mut self, slot: Slot, from: i64) -> Result<()> {
+    fn pause_and_rewind(&self, slot: Slot, from: i64) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.topics[slot.0].0, slot.1);
         self.consumer.pause(&tpl).context("cannot pause partitions")?;
         self.seek(slot, Offset::Offset(from))
     }
 
-    fn seek(&mut self, (i, p): Slot, to: Offset) -> Result<()> {
-        self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT).context("cannot seek")?;
-        Ok(())
+    fn seek(&self, (i, p): Slot, to: Offset) -> Result<()> {
+        self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT).context("cannot seek")
     }
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
