@@ -513,13 +513,9 @@ impl<S: Service> Runner<S> {
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
     /// holding its readers back (`TaskCore::mark_idle`) — but only if nothing of it
     /// can be on its way: it is not paused (a paused partition behind a backlog is
-    /// slow, not idle), the consumer has drained what it fetched, and the broker
-    /// answers now (one that is restarting or stalled may be filling it up: taking it
-    /// for idle would let the watermark overtake its records, and the offsets cached
-    /// from the last fetch are as old as the outage). Its end offset is not compared
-    /// with the position: under read_committed a partition can end in offsets never
-    /// delivered (an aborted transaction and its markers), and librdkafka's own
-    /// position does not go back with a seek.
+    /// slow, not idle), the consumer has drained what it fetched, and the broker says
+    /// now that the partition ends where it has been read to (see `caught_up`). A
+    /// broker that is restarting or stalled does not answer, and the partitions wait.
     fn mark_idle_partitions(&mut self) {
         if !self.drained {
             return;
@@ -532,34 +528,43 @@ impl<S: Service> Runner<S> {
             if self.core.is_paused(slot) {
                 continue;
             }
-            // No answer: the broker is away, and the other partitions wait too.
-            if self.end_offset(slot).is_none() {
-                break;
+            match self.caught_up(slot) {
+                Some(true) => self.core.mark_idle(slot),
+                Some(false) => {}
+                None => break,
             }
-            self.core.mark_idle(slot);
         }
     }
 
     /// A record on an idle source partition: its task's other idle source partitions
-    /// that may have records to come (the broker says their end is past what the task
-    /// has read, or cannot be asked) hold the watermark back again (see
-    /// `TaskCore::idle_siblings`). Waking one too many only delays the watermark until
-    /// that partition is silent again; waking one too few would let it overtake.
+    /// that may have records to come (not caught up, or the broker cannot be asked)
+    /// hold the watermark back again (see `TaskCore::idle_siblings`). Waking one too
+    /// many only delays the watermark until that partition is silent again; waking
+    /// one too few would let it overtake.
     fn wake_idle_siblings(&mut self, slot: Slot) {
         for sibling in self.core.idle_siblings(slot) {
-            let read = self.core.position(sibling).unwrap_or(0);
-            // One offset of slack: a transactional producer's commit marker takes the
-            // last offset of its partition and is never delivered as a record.
-            let at_end = self.end_offset(sibling).is_some_and(|end| end - read <= 1);
-            if !at_end {
+            if self.caught_up(sibling) != Some(true) {
                 self.core.wake(sibling);
             }
         }
     }
 
-    /// A partition's end offset as the broker says it now (`None`: no answer).
-    fn end_offset(&self, (i, p): Slot) -> Option<i64> {
-        self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok().map(|(_, high)| high)
+    /// Whether a partition has been read to its end as the broker says it now
+    /// (`None`: no answer). The position is the consumer's own where it has one: it
+    /// moves past the offsets never delivered under read_committed (transaction
+    /// markers, aborted records), and a seek clears it. Records of a transaction still
+    /// open lie before the end, so they count as on their way.
+    fn caught_up(&self, slot @ (i, p): Slot) -> Option<bool> {
+        let (start, end) = self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok()?;
+        let consumer_position = self.consumer.position().ok().and_then(|tpl| {
+            match tpl.find_partition(&self.topics[i].0, p)?.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            }
+        });
+        // Nothing read yet: the partition's first offset is where reading starts.
+        let read = consumer_position.max(self.core.position(slot)).unwrap_or(start);
+        Some(read >= end)
     }
 
     /// Pauses the partitions that ran too far ahead of their task, resumes those back
