@@ -196,6 +196,20 @@ impl<S: Service> Runner<S> {
 
     /// Runs until `shutdown` is set, then commits what is done and leaves the group.
     pub fn run(mut self, shutdown: &AtomicBool) -> Result<()> {
+        let mut election = None;
+        let result = self.run_member(shutdown, &mut election);
+        if result.is_err() {
+            // librdkafka can hang closing a consumer that failed amid a rebalance (its
+            // rebalance callback waits on the group's thread for good): a failed
+            // member's clients close on a thread of their own, and its supervisor
+            // starts it again with new ones meanwhile (they fence the old).
+            let clients = (self.consumer, self.producer, election);
+            std::thread::spawn(move || drop(clients));
+        }
+        result
+    }
+
+    fn run_member(&mut self, shutdown: &AtomicBool, election: &mut Option<Leadership>) -> Result<()> {
         match self.core.service().parallelism() {
             Parallelism::PerPartition => {
                 self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
@@ -206,8 +220,11 @@ impl<S: Service> Runner<S> {
                 self.process(shutdown, None)?;
             }
             Parallelism::Global => {
-                let election =
-                    Leadership::join(&self.settings.bootstrap_servers, &self.settings.group_id, &self.settings.member)?;
+                let election = election.insert(Leadership::join(
+                    &self.settings.bootstrap_servers,
+                    &self.settings.group_id,
+                    &self.settings.member,
+                )?);
                 self.set_role(Role::Standby);
                 self.log_running();
                 while !shutdown.load(Ordering::SeqCst) {
@@ -217,7 +234,7 @@ impl<S: Service> Runner<S> {
                         continue;
                     }
                     info!(service = self.name(), member = %self.settings.member, "leading the stage");
-                    match self.lead(shutdown, &election) {
+                    match self.lead(shutdown, election) {
                         Ok(()) if shutdown.load(Ordering::SeqCst) => break,
                         Ok(()) => warn!("lost the lead; standing by"),
                         Err(e) if e.downcast_ref::<Fenced>().is_some() => warn!("{e:#}; standing by"),
@@ -529,7 +546,11 @@ impl<S: Service> Runner<S> {
                 continue;
             }
             match self.caught_up(slot) {
-                Some(true) => self.core.mark_idle(slot),
+                Some(true) => {
+                    if self.core.mark_idle(slot) {
+                        info!(topic = %self.topics[slot.0].0, partition = slot.1, "partition idle: read to its end and silent; the watermark goes on without it");
+                    }
+                }
                 Some(false) => {}
                 None => break,
             }
@@ -543,8 +564,8 @@ impl<S: Service> Runner<S> {
     /// one too few would let it overtake.
     fn wake_idle_siblings(&mut self, slot: Slot) {
         for sibling in self.core.idle_siblings(slot) {
-            if self.caught_up(sibling) != Some(true) {
-                self.core.wake(sibling);
+            if self.caught_up(sibling) != Some(true) && self.core.wake(sibling) {
+                info!(topic = %self.topics[sibling.0].0, partition = sibling.1, "idle partition woken: it has records to come");
             }
         }
     }
@@ -556,12 +577,11 @@ impl<S: Service> Runner<S> {
     /// open lie before the end, so they count as on their way.
     fn caught_up(&self, slot @ (i, p): Slot) -> Option<bool> {
         let (start, end) = self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok()?;
-        let consumer_position = self.consumer.position().ok().and_then(|tpl| {
-            match tpl.find_partition(&self.topics[i].0, p)?.offset() {
+        let consumer_position =
+            self.consumer.position().ok().and_then(|tpl| match tpl.find_partition(&self.topics[i].0, p)?.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
-            }
-        });
+            });
         // Nothing read yet: the partition's first offset is where reading starts.
         let read = consumer_position.max(self.core.position(slot)).unwrap_or(start);
         Some(read >= end)
