@@ -16,9 +16,11 @@ use tracing::warn;
 
 use crate::core::entry_of;
 
-/// How long a restore may take before it is taken for stuck (a transaction left open
-/// holds the read_committed end back until the broker times it out).
-const RESTORE_LIMIT: Duration = Duration::from_secs(600);
+/// How long a restore may read nothing before it is taken for stuck: a transaction
+/// left open holds the read_committed end back until the broker times it out (the
+/// transaction timeout, 10 s, plus the broker's sweep of timed-out transactions, 10 s
+/// by default). A restore that goes on reading may take as long as it needs.
+const STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// The reader waits for the end of its partition, which librdkafka also reports as
 /// an error; only real errors are worth a log line.
@@ -73,13 +75,20 @@ pub fn read_tasks(
     }
     reader.assign(&tpl)?;
     let wanted: BTreeSet<i32> = tasks.iter().copied().collect();
-    let deadline = Instant::now() + RESTORE_LIMIT;
+    let mut progress = Instant::now();
     let mut restored = Restored::default();
     while !pending.is_empty() {
-        if Instant::now() > deadline {
-            bail!("restoring from `{changelog}` took over {RESTORE_LIMIT:?}; is a transaction stuck open?");
+        if progress.elapsed() > STALL_LIMIT {
+            bail!(
+                "restoring from `{changelog}` read nothing for {STALL_LIMIT:?} before the end of partitions \
+                 {pending:?}; a transaction left open may be holding them back"
+            );
         }
-        match reader.poll(Duration::from_millis(100)) {
+        let polled = reader.poll(Duration::from_millis(100));
+        if polled.is_some() {
+            progress = Instant::now();
+        }
+        match polled {
             Some(Ok(m)) => {
                 restored.records += 1;
                 let Some(key) = m.key() else { continue };
