@@ -573,7 +573,7 @@ impl<S: Service> TaskCore<S> {
     /// its input is keyed. On a repartition partition, writers still at "no
     /// watermark" are taken for idle (gone, or their markers gone with the topic's
     /// retention).
-    pub fn mark_idle(&mut self, (input, p): Slot) {
+    pub fn mark_idle(&mut self, (input, p): Slot) -> bool {
         let changed = match (&mut self.clocks[input], &mut self.upstream[input]) {
             (Some(clock), _) => {
                 if let Some(task) = self.tasks.get_mut(&self.parallelism.task_of(p)) {
@@ -587,6 +587,7 @@ impl<S: Service> TaskCore<S> {
         if changed {
             self.advance_watermarks();
         }
+        changed
     }
 
     /// When a record arrives on a source partition marked idle, the other idle source
@@ -604,10 +605,11 @@ impl<S: Service> TaskCore<S> {
 
     /// A source partition marked idle holds its task's watermark back again, until
     /// its next record: the broker says it has records on their way.
-    pub fn wake(&mut self, (input, p): Slot) {
-        if let Some(clock) = &mut self.clocks[input] {
-            self.dirty |= clock.mark_idle(p as usize, false);
-        }
+    pub fn wake(&mut self, (input, p): Slot) -> bool {
+        let Some(clock) = &mut self.clocks[input] else { return false };
+        let woken = clock.mark_idle(p as usize, false);
+        self.dirty |= woken;
+        woken
     }
 
     /// Gives every task the watermark of its input partitions, if it moved.
