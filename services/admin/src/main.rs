@@ -10,12 +10,12 @@ mod reset;
 mod tail;
 
 use std::process::ExitCode;
+use vigil_kafka::connection;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use vigil_kafka::codec::Codec;
 use vigil_kafka::topics::{self, Provisioned};
@@ -57,6 +57,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    vigil_kafka::observe::init_tracing_at("warn");
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    vigil_kafka::connection::load()?;
     if let Command::Healthcheck { url } = &args.command {
         return healthcheck::run(url);
     }
@@ -74,8 +76,7 @@ fn run(args: Args) -> Result<()> {
     if let Command::Reset(reset) = args.command {
         return reset::run(reset, &args.bootstrap_servers, &config);
     }
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap_servers)
+    let consumer: BaseConsumer = connection::client_config(&args.bootstrap_servers)
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         // Assigned partitions only; the group is never joined or committed to.
@@ -84,8 +85,7 @@ fn run(args: Args) -> Result<()> {
         .context("cannot create a Kafka client")?;
     match args.command {
         Command::Provision { replication } => {
-            let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-                .set("bootstrap.servers", &args.bootstrap_servers)
+            let admin: AdminClient<DefaultClientContext> = connection::client_config(&args.bootstrap_servers)
                 .create()
                 .context("cannot create the Kafka admin client")?;
             let report = topics::provision(&admin, &consumer, config.runtime.partitions, replication)?;

@@ -102,6 +102,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    vigil_kafka::connection::load()?;
     match (&args.out, args.stream) {
         (Some(dir), _) => {
             let written = match args.distinct_customers {

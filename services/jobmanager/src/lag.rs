@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+use vigil_kafka::connection;
 
 use anyhow::{Context as _, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -40,8 +40,7 @@ pub struct LagProbe {
 impl LagProbe {
     pub fn new(bootstrap: &str, topology: &[StageInfo], partitions: u32) -> Result<LagProbe> {
         let client = |group: &str, eof: bool| -> Result<BaseConsumer> {
-            ClientConfig::new()
-                .set("bootstrap.servers", bootstrap)
+            connection::client_config(bootstrap)
                 .set("group.id", group)
                 .set("enable.auto.commit", "false")
                 .set("isolation.level", "read_committed")

@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vigil_kafka::connection;
 
 use anyhow::{Context as _, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -100,8 +100,7 @@ pub fn follow(
     metrics: &JobMetrics,
     shutdown: &AtomicBool,
 ) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = connection::client_config(bootstrap)
         .set("group.id", "vigil-jobmanager-live")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")

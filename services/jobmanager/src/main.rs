@@ -20,12 +20,12 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vigil_kafka::connection;
 
 use anyhow::Context as _;
 use clap::Parser;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use tracing::{info, warn};
 use vigil_kafka::cli::{exit_code, KafkaArgs};
@@ -142,14 +142,11 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
 
 /// Every topic and every schema, as `vigil-admin provision` does.
 fn provision(common: &Common, replication: i32) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &common.bootstrap_servers)
+    let admin: AdminClient<DefaultClientContext> = connection::client_config(&common.bootstrap_servers)
         .create()
         .context("cannot create the Kafka admin client")?;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &common.bootstrap_servers)
-        .create()
-        .context("cannot create a Kafka client")?;
+    let consumer: BaseConsumer =
+        connection::client_config(&common.bootstrap_servers).create().context("cannot create a Kafka client")?;
     let report = topics::provision(&admin, &consumer, common.config.runtime.partitions, replication)?;
     let created = report.iter().filter(|(_, p)| *p == topics::Provisioned::Created).count();
     info!(created, existing = report.len() - created, "topics provisioned");

@@ -39,7 +39,11 @@ pub struct KafkaArgs {
 }
 
 impl KafkaArgs {
+    /// The settings every member shares; also reads the security settings of the
+    /// Kafka and registry clients (`connection`), so a mistake there stops the
+    /// process as it starts.
     pub fn common(&self) -> anyhow::Result<Common> {
+        crate::connection::load()?;
         Ok(Common {
             bootstrap_servers: self.bootstrap_servers.clone(),
             registry_url: self.schema_registry_url.clone(),

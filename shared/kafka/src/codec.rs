@@ -53,13 +53,28 @@ pub struct Codec {
 impl Codec {
     pub fn new(registry_url: &str) -> Result<Codec, CodecError> {
         apache_avro::util::max_allocation_bytes(MAX_DECODE_ALLOCATION);
-        let registry = |reason: String| CodecError::Registry { url: registry_url.to_string(), reason };
+        // As errors show it: credentials in the URL stay out of logs.
+        let shown = crate::connection::redacted_url(registry_url);
+        let registry = |reason: String| CodecError::Registry { url: shown.clone(), reason };
         // A registry that does not answer in time counts as down (the member retries);
         // the client's default of 30 s would stall the processing loop.
-        let settings = SrSettings::new_builder(registry_url.to_string())
-            .set_timeout(REGISTRY_TIMEOUT)
-            .build()
-            .map_err(|e| registry(e.to_string()))?;
+        let security = crate::connection::security();
+        let mut settings = SrSettings::new_builder(registry_url.to_string());
+        settings.set_timeout(REGISTRY_TIMEOUT);
+        if let Some((username, password)) = &security.registry_credentials {
+            settings.set_basic_authorization(username, Some(password));
+        }
+        let mut client = reqwest::blocking::ClientBuilder::new();
+        if let Some(ca) = &security.registry_ca {
+            let pem =
+                std::fs::read(ca).map_err(|e| registry(format!("cannot read the CA file {}: {e}", ca.display())))?;
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| registry(format!("{} is not a PEM file of certificates: {e}", ca.display())))?;
+            for certificate in certificates {
+                client = client.add_root_certificate(certificate);
+            }
+        }
+        let settings = settings.build_with(client).map_err(|e| registry(e.to_string()))?;
         let subjects = DATA_TOPICS
             .iter()
             .map(|t| (t.name, t.schema))
@@ -69,7 +84,7 @@ impl Codec {
             })
             .collect::<Result<_, CodecError>>()?;
         Ok(Codec {
-            url: registry_url.to_string(),
+            url: shown,
             encoder: AvroEncoder::new(settings.clone()),
             decoder: AvroDecoder::new(settings.clone()),
             settings,

@@ -8,12 +8,12 @@
 //! The sticky cooperative assignor keeps the partition where it is when members join,
 //! so a new taskmanager does not take the lead from a healthy one.
 
+use crate::connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
 use tracing::info;
@@ -59,8 +59,7 @@ impl Leadership {
     /// Joins the election of the stage whose consumer group is `group`.
     pub fn join(bootstrap_servers: &str, group: &str, member: &str) -> Result<Leadership> {
         let held = Arc::new(AtomicBool::new(false));
-        let consumer: BaseConsumer<LeaseContext> = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap_servers)
+        let consumer: BaseConsumer<LeaseContext> = connection::client_config(bootstrap_servers)
             .set("group.id", election_group(group))
             .set("client.id", member)
             .set("enable.auto.commit", "false")

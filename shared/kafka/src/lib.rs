@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod codec;
+pub mod connection;
 pub mod core;
 pub mod election;
 pub mod group;

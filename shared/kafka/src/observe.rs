@@ -84,8 +84,14 @@ fn now_secs() -> u64 {
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
+    init_tracing_at("info,rdkafka=warn");
+}
+
+/// Logging to stderr at `default` unless `RUST_LOG` says otherwise (a command-line
+/// tool logs warnings only: a client that cannot authenticate says so).
+pub fn init_tracing_at(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

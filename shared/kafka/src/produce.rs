@@ -2,10 +2,10 @@
 //! would: Avro values under the input topics' schemas, keyed so co-partitioned
 //! topics line up (orders and payments by order_id, device events by site_id).
 
+use crate::connection;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -66,8 +66,7 @@ pub struct InputProducer {
 
 impl InputProducer {
     pub fn new(bootstrap_servers: &str, registry_url: &str, partitions: u32) -> Result<Self> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap_servers)
+        let producer = connection::client_config(bootstrap_servers)
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "10")

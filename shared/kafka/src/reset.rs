@@ -24,13 +24,13 @@
 //! [`plan`] decides, without I/O, what to check and what to do (unit-tested here);
 //! [`Admin`] checks and does it against a broker.
 
+use crate::connection;
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -406,12 +406,9 @@ pub struct Admin {
 
 impl Admin {
     pub fn connect(bootstrap_servers: &str) -> Result<Admin> {
-        let admin = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap_servers)
-            .create()
-            .context("cannot create the Kafka admin client")?;
-        let client = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap_servers)
+        let admin =
+            connection::client_config(bootstrap_servers).create().context("cannot create the Kafka admin client")?;
+        let client = connection::client_config(bootstrap_servers)
             // Never joined nor committed to; librdkafka wants one to list groups.
             .set("group.id", format!("vigil-admin-reset-{}", std::process::id()))
             .set("enable.auto.commit", "false")
@@ -498,8 +495,7 @@ impl Admin {
             offsets.add_partition_offset(topic, p, Offset::Offset(high))?;
             skipped += high - low;
         }
-        let committer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap_servers)
+        let committer: BaseConsumer = connection::client_config(&self.bootstrap_servers)
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .create()

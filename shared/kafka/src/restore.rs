@@ -2,11 +2,11 @@
 //! partition's end (read_committed, so an aborted transaction's writes never come
 //! back), in order, the task's own entries handed to the core.
 
+use crate::connection;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -55,8 +55,7 @@ pub fn read_tasks(
     tasks: &[i32],
     mut apply: impl FnMut(i32, &[u8], Option<&[u8]>) -> Result<()>,
 ) -> Result<Restored> {
-    let reader: BaseConsumer<QuietEof> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap_servers)
+    let reader: BaseConsumer<QuietEof> = connection::client_config(bootstrap_servers)
         .set("group.id", format!("{group_id}-restore"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")

@@ -12,13 +12,13 @@
 //! every partition) the member Kafka elects leads and the others stand by (see
 //! `election`), and a fenced leader steps back to standby.
 
+use crate::connection;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
@@ -84,8 +84,7 @@ pub struct Observers {
 }
 
 fn transactional_producer(settings: &Settings) -> Result<Kafka> {
-    ClientConfig::new()
-        .set("bootstrap.servers", &settings.bootstrap_servers)
+    connection::client_config(&settings.bootstrap_servers)
         .set("transactional.id", &settings.transactional_id)
         .set("enable.idempotence", "true")
         // Same partition for the same key as Kafka's Java clients and the embedded runtime.
@@ -131,9 +130,8 @@ impl<S: Service> Runner<S> {
     pub fn new(service: S, settings: Settings, observers: Observers) -> Result<Self> {
         let codec = Codec::new(&settings.registry_url)?;
         let rebalances: SharedLog = Arc::new(Mutex::new(RebalanceLog::default()));
-        let mut consumer_config = ClientConfig::new();
+        let mut consumer_config = connection::client_config(&settings.bootstrap_servers);
         consumer_config
-            .set("bootstrap.servers", &settings.bootstrap_servers)
             .set("group.id", &settings.group_id)
             .set("client.id", &settings.transactional_id)
             .set("enable.auto.commit", "false")

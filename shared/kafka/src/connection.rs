@@ -1,0 +1,222 @@
+//! How every Vigil client reaches a secured Kafka and schema registry.
+//!
+//! Kafka: `VIGIL_KAFKA_SECURITY_PROTOCOL` and the `VIGIL_KAFKA_SASL_*` and
+//! `VIGIL_KAFKA_SSL_*` variables become librdkafka's `security.protocol`, `sasl.*` and
+//! `ssl.*` settings of every client a process makes (consumers, producers, the admin,
+//! changelog readers, the election): `VIGIL_KAFKA_SASL_MECHANISM=SCRAM-SHA-512` is
+//! `sasl.mechanism=SCRAM-SHA-512`. Registry: `VIGIL_SCHEMA_REGISTRY_USERNAME` and
+//! `VIGIL_SCHEMA_REGISTRY_PASSWORD` (HTTP basic auth) and
+//! `VIGIL_SCHEMA_REGISTRY_CA_LOCATION` (a PEM file of certificates to trust for an
+//! https URL, besides the system's).
+//!
+//! Secrets are read from the environment only, never from a flag (a command line is
+//! visible to every user of the machine), and show as `***` wherever the settings
+//! are printed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use rdkafka::config::ClientConfig;
+
+const KAFKA_PREFIX: &str = "VIGIL_KAFKA_";
+const REGISTRY_USERNAME: &str = "VIGIL_SCHEMA_REGISTRY_USERNAME";
+const REGISTRY_PASSWORD: &str = "VIGIL_SCHEMA_REGISTRY_PASSWORD";
+const REGISTRY_CA: &str = "VIGIL_SCHEMA_REGISTRY_CA_LOCATION";
+/// The librdkafka settings passed on: those of security, nothing that would change
+/// how Vigil's clients behave (their ids, isolation, transactions).
+const KAFKA_SETTINGS: [&str; 4] = ["security.protocol", "sasl.", "ssl.", "enable.ssl."];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error(
+        "{var} is not a Kafka security setting: Vigil passes on VIGIL_KAFKA_SECURITY_PROTOCOL, VIGIL_KAFKA_SASL_* \
+         and VIGIL_KAFKA_SSL_* (librdkafka's security.protocol, sasl.* and ssl.*, dots written as underscores)"
+    )]
+    NotSecurity { var: String },
+    #[error("{REGISTRY_USERNAME} and {REGISTRY_PASSWORD} go together: set both for basic auth, or neither")]
+    HalfCredentials,
+}
+
+/// The security settings of one process's Kafka clients and registry client.
+#[derive(Clone, Default, PartialEq)]
+pub struct Security {
+    /// librdkafka property → value.
+    kafka: BTreeMap<String, String>,
+    pub registry_credentials: Option<(String, String)>,
+    pub registry_ca: Option<PathBuf>,
+}
+
+impl Security {
+    /// The settings among `vars` (the environment's, in a process).
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Security, ConnectionError> {
+        let mut security = Security::default();
+        let (mut username, mut password) = (None, None);
+        for (var, value) in vars {
+            if let Some(name) = var.strip_prefix(KAFKA_PREFIX) {
+                let property = name.to_lowercase().replace('_', ".");
+                if !KAFKA_SETTINGS.iter().any(|s| property == *s || (s.ends_with('.') && property.starts_with(s))) {
+                    return Err(ConnectionError::NotSecurity { var });
+                }
+                security.kafka.insert(property, value);
+            } else if var == REGISTRY_USERNAME {
+                username = Some(value);
+            } else if var == REGISTRY_PASSWORD {
+                password = Some(value);
+            } else if var == REGISTRY_CA {
+                security.registry_ca = Some(PathBuf::from(value));
+            }
+        }
+        security.registry_credentials = match (username, password) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            _ => return Err(ConnectionError::HalfCredentials),
+        };
+        Ok(security)
+    }
+
+    /// Adds the Kafka settings to a client's configuration.
+    pub fn apply(&self, config: &mut ClientConfig) {
+        for (property, value) in &self.kafka {
+            config.set(property, value);
+        }
+    }
+}
+
+/// Whether a librdkafka property holds a secret (a password, a private key).
+fn is_secret(property: &str) -> bool {
+    property.contains("password") || property.contains("secret") || property == "ssl.key.pem"
+}
+
+impl fmt::Debug for Security {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kafka: BTreeMap<&str, &str> =
+            self.kafka.iter().map(|(k, v)| (k.as_str(), if is_secret(k) { "***" } else { v.as_str() })).collect();
+        f.debug_struct("Security")
+            .field("kafka", &kafka)
+            .field("registry_username", &self.registry_credentials.as_ref().map(|(user, _)| user))
+            .field("registry_password", &self.registry_credentials.as_ref().map(|_| "***"))
+            .field("registry_ca", &self.registry_ca)
+            .finish()
+    }
+}
+
+static SECURITY: OnceLock<Security> = OnceLock::new();
+
+/// Reads this process's settings from its environment, once: every binary calls it
+/// as it starts, so a mistake in them stops it there with a clear error.
+pub fn load() -> Result<&'static Security, ConnectionError> {
+    if let Some(security) = SECURITY.get() {
+        return Ok(security);
+    }
+    let security = Security::from_vars(std::env::vars())?;
+    Ok(SECURITY.get_or_init(|| security))
+}
+
+/// This process's settings; none (plaintext, no credentials) unless [`load`] found some.
+pub fn security() -> &'static Security {
+    SECURITY.get_or_init(Security::default)
+}
+
+/// A librdkafka configuration for `bootstrap_servers` with this process's security
+/// settings: where every Vigil client starts.
+pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap_servers);
+    security().apply(&mut config);
+    config
+}
+
+/// A URL as it may be shown: credentials written into it (`https://user:pw@host`)
+/// become `***`.
+pub fn redacted_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split('/').next().and_then(|authority| authority.rsplit_once('@')) {
+            Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[rest.find('/').unwrap_or(rest.len())..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn kafka_variables_become_librdkafka_security_settings_and_others_are_left_alone() {
+        let security = Security::from_vars(vars(&[
+            ("VIGIL_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("VIGIL_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("VIGIL_KAFKA_SASL_USERNAME", "vigil"),
+            ("VIGIL_KAFKA_SASL_PASSWORD", "s3cret-pw"),
+            ("VIGIL_KAFKA_SSL_CA_LOCATION", "/etc/vigil/ca.pem"),
+            ("VIGIL_KAFKA_ENABLE_SSL_CERTIFICATE_VERIFICATION", "true"),
+            ("VIGIL_BOOTSTRAP_SERVERS", "broker:9093"),
+            ("PATH", "/usr/bin"),
+        ]))
+        .unwrap();
+        let mut config = ClientConfig::new();
+        security.apply(&mut config);
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        assert_eq!(config.get("sasl.username"), Some("vigil"));
+        assert_eq!(config.get("sasl.password"), Some("s3cret-pw"));
+        assert_eq!(config.get("ssl.ca.location"), Some("/etc/vigil/ca.pem"));
+        assert_eq!(config.get("enable.ssl.certificate.verification"), Some("true"));
+        assert_eq!(config.config_map().len(), 6, "nothing but security settings: {:?}", config.config_map());
+    }
+
+    #[test]
+    fn a_kafka_variable_that_is_not_about_security_is_an_error_naming_it() {
+        let err = Security::from_vars(vars(&[("VIGIL_KAFKA_TRANSACTIONAL_ID", "mine")])).unwrap_err().to_string();
+        assert!(err.starts_with("VIGIL_KAFKA_TRANSACTIONAL_ID is not a Kafka security setting"), "{err}");
+    }
+
+    #[test]
+    fn registry_credentials_come_in_pairs() {
+        let both = Security::from_vars(vars(&[
+            ("VIGIL_SCHEMA_REGISTRY_USERNAME", "reader"),
+            ("VIGIL_SCHEMA_REGISTRY_PASSWORD", "pw"),
+            ("VIGIL_SCHEMA_REGISTRY_CA_LOCATION", "/ca.pem"),
+        ]))
+        .unwrap();
+        assert_eq!(both.registry_credentials, Some(("reader".into(), "pw".into())));
+        assert_eq!(both.registry_ca, Some(PathBuf::from("/ca.pem")));
+        let half = Security::from_vars(vars(&[("VIGIL_SCHEMA_REGISTRY_USERNAME", "reader")]));
+        assert!(matches!(half, Err(ConnectionError::HalfCredentials)));
+    }
+
+    #[test]
+    fn secrets_never_show_when_the_settings_are_printed() {
+        let security = Security::from_vars(vars(&[
+            ("VIGIL_KAFKA_SASL_USERNAME", "vigil"),
+            ("VIGIL_KAFKA_SASL_PASSWORD", "s3cret-pw"),
+            ("VIGIL_KAFKA_SSL_KEY_PASSWORD", "key-pw"),
+            ("VIGIL_KAFKA_SSL_KEY_PEM", "-----BEGIN PRIVATE KEY-----"),
+            ("VIGIL_SCHEMA_REGISTRY_USERNAME", "reader"),
+            ("VIGIL_SCHEMA_REGISTRY_PASSWORD", "registry-pw"),
+        ]))
+        .unwrap();
+        let shown = format!("{security:?}");
+        for secret in ["s3cret-pw", "key-pw", "PRIVATE KEY", "registry-pw"] {
+            assert!(!shown.contains(secret), "{secret} shows in {shown}");
+        }
+        assert!(shown.contains("vigil") && shown.contains("reader"), "{shown}");
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_not_shown() {
+        assert_eq!(
+            redacted_url("https://reader:pw@registry:8443/apis/ccompat/v7"),
+            "https://***@registry:8443/apis/ccompat/v7"
+        );
+        assert_eq!(redacted_url("http://registry:8080/apis/ccompat/v7"), "http://registry:8080/apis/ccompat/v7");
+        assert_eq!(redacted_url("http://a@b:1"), "http://***@b:1");
+    }
+}
