@@ -7,6 +7,7 @@
 # come from Maven Central through deploy/local-stack/pom.xml.
 #
 #   scripts/local-stack.sh start    fetch (once), start both, write .cache/local-stack/env
+#                                   (also a SASL_SSL listener: VIGIL_SECURE_* in the env file)
 #   scripts/local-stack.sh stop     stop both, delete their data
 #   scripts/local-stack.sh restart-kafka [crash]   stop (or kill -9) the broker and
 #                                   start it again on its data (a fault to survive)
@@ -14,7 +15,7 @@
 #   scripts/local-stack.sh fetch    only fetch the jars into .cache/local-stack (once)
 #   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
 #
-# Env: KAFKA_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
+# Env: KAFKA_PORT, SECURE_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
 #      KAFKA_HEAP_OPTS (-Xmx512m), REGISTRY_HEAP_OPTS (-Xmx384m),
 #      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120),
 #      VIGIL_STACK_STATE: folder of this stack's data, logs and env file (default
@@ -75,6 +76,9 @@ free_port() {
   die "no free port found"
 }
 
+# The env file as shown on the console: without its secrets.
+show_env() { grep -v '_PASSWORD=' "$ENV_FILE"; }
+
 pid_of() { cat "$RUN/$1.pid" 2>/dev/null || true; }
 # Alive = the pid runs a java whose command line points into our cache, so a
 # stale pid file (e.g. after a reboot) can never make us signal another process.
@@ -114,6 +118,23 @@ kafka_ready() {
 registry_ready() {
   [[ "$(curl -s -o /dev/null -w '%{http_code}' "$REGISTRY_URL/subjects")" == 200 ]]
 }
+secure_registry_ready() {
+  [[ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$RUN/tls/ca.pem" -u "$SECURE_USER:$secure_password" \
+    "$SECURE_REGISTRY_URL/subjects")" == 200 ]]
+}
+
+# One Apicurio Registry, `name`, from its own folder; further -D options as arguments.
+launch_registry() {
+  local name="$1" jar; shift
+  # Apicurio 3.0.x ships a legacy "*-runner.jar", 3.1+ a "quarkus-run.jar".
+  jar="$(find "$REGISTRY" -maxdepth 1 \( -name '*-runner.jar' -o -name quarkus-run.jar \) | head -n 1)"
+  [[ -n "$jar" ]] || die "no runnable jar in $REGISTRY"
+  mkdir -p "$RUN/$name"
+  # shellcheck disable=SC2086
+  (cd "$RUN/$name" && exec nohup "$JAVA" ${REGISTRY_HEAP_OPTS:--Xmx384m} -Dquarkus.http.host=127.0.0.1 "$@" \
+    -jar "$jar" >"$LOGS/$name.log" 2>&1 </dev/null) &
+  echo $! >"$RUN/$name.pid"
+}
 
 # Console logging at INFO via log4j2's default config: no config file needed.
 launch_kafka() {
@@ -141,8 +162,28 @@ restart_kafka() {
   log "Kafka restarted, ready after $((SECONDS - t0)) s"
 }
 
+# The SECURE listener's TLS material in $RUN/tls: a CA of this stack (ca.pem, what
+# clients trust) and the broker's key and certificate (for 127.0.0.1 and localhost)
+# signed by it, in a PKCS12 keystore.
+make_tls() {
+  local dir="$RUN/tls" keytool
+  keytool="$(dirname "$(readlink -f "$(command -v "$JAVA")")")/keytool"
+  mkdir -p "$dir"
+  local store=(-storetype PKCS12 -storepass "$TLS_PASSWORD" -keypass "$TLS_PASSWORD")
+  "$keytool" -genkeypair -alias ca -keyalg RSA -keysize 2048 -validity 30 -dname "CN=Vigil local stack CA" \
+    -ext bc:c "${store[@]}" -keystore "$dir/ca.p12"
+  "$keytool" -exportcert -rfc -alias ca "${store[@]}" -keystore "$dir/ca.p12" -file "$dir/ca.pem"
+  "$keytool" -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 30 -dname "CN=localhost" \
+    "${store[@]}" -keystore "$dir/broker.p12"
+  "$keytool" -certreq -alias broker "${store[@]}" -keystore "$dir/broker.p12" -file "$dir/broker.csr"
+  "$keytool" -gencert -alias ca -validity 30 -ext SAN=ip:127.0.0.1,dns:localhost -rfc "${store[@]}" \
+    -keystore "$dir/ca.p12" -infile "$dir/broker.csr" -outfile "$dir/broker.pem"
+  "$keytool" -importcert -noprompt -alias ca "${store[@]}" -keystore "$dir/broker.p12" -file "$dir/ca.pem"
+  "$keytool" -importcert -noprompt -alias broker "${store[@]}" -keystore "$dir/broker.p12" -file "$dir/broker.pem"
+}
+
 start() {
-  alive kafka && alive registry && [[ -f "$ENV_FILE" ]] && { log "already running"; cat "$ENV_FILE"; return 0; }
+  alive kafka && alive registry && alive registry-secure && [[ -f "$ENV_FILE" ]] && { log "already running"; show_env; return 0; }
   stop_all quiet  # clear a half-started or crashed stack
   # Never leave half a stack running when start fails (logs are kept).
   trap 'rc=$?; ((rc == 0)) || stop_all quiet; exit "$rc"' EXIT
@@ -151,15 +192,27 @@ start() {
   fetch
 
   KAFKA_PORT="${KAFKA_PORT:-$(free_port)}"
+  SECURE_PORT="${SECURE_PORT:-$(free_port)}"
   CONTROLLER_PORT="${CONTROLLER_PORT:-$(free_port)}"
   REGISTRY_PORT="${REGISTRY_PORT:-$(free_port)}"
+  SECURE_REGISTRY_PORT="${SECURE_REGISTRY_PORT:-$(free_port)}"
   REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
-  for p in "$KAFKA_PORT" "$CONTROLLER_PORT" "$REGISTRY_PORT"; do
+  SECURE_REGISTRY_URL="https://127.0.0.1:$SECURE_REGISTRY_PORT/apis/ccompat/v7"
+  for p in "$KAFKA_PORT" "$SECURE_PORT" "$CONTROLLER_PORT" "$REGISTRY_PORT" "$SECURE_REGISTRY_PORT"; do
     ! port_open "$p" || die "port $p is already in use"
   done
-  mkdir -p "$RUN/kafka/data" "$RUN/registry" "$LOGS"
+  mkdir -p "$RUN/kafka/data" "$LOGS"
+
+  # Fresh secrets for each start: the user of the SECURE listener and the secured
+  # registry, and the keystore's password.
+  SECURE_USER=vigil
+  secure_password="$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
+  TLS_PASSWORD="$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
+  make_tls >"$LOGS/tls.log" 2>&1 || { cat "$LOGS/tls.log" >&2; die "making the TLS certificates failed"; }
 
   sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
+      -e "s|@SECURE_PORT@|$SECURE_PORT|g" -e "s|@TLS_DIR@|$RUN/tls|g" -e "s|@TLS_PASSWORD@|$TLS_PASSWORD|g" \
+      -e "s|@SASL_USER@|$SECURE_USER|g" -e "s|@SASL_PASSWORD@|$secure_password|g" \
       -e "s|@DATA_DIR@|$RUN/kafka/data|g" "$DEPLOY/server.properties" >"$RUN/kafka/server.properties"
 
   # A KRaft cluster id is 16 random bytes in unpadded URL-safe base64 (what
@@ -169,7 +222,8 @@ start() {
   cluster_id="A${cluster_id:1}"
   log "formatting KRaft storage (cluster $cluster_id)..."
   "$0" kafka-class kafka.tools.StorageTool format --standalone -t "$cluster_id" \
-    -c "$RUN/kafka/server.properties" >"$LOGS/kafka-format.log" 2>&1 \
+    -c "$RUN/kafka/server.properties" --add-scram "SCRAM-SHA-512=[name=$SECURE_USER,password=$secure_password]" \
+    >"$LOGS/kafka-format.log" 2>&1 \
     || { cat "$LOGS/kafka-format.log" >&2; die "formatting Kafka storage failed"; }
 
   # Both JVMs start together (they don't depend on each other) to save time.
@@ -177,26 +231,32 @@ start() {
   : >"$LOGS/kafka.log"
   launch_kafka
 
-  # Apicurio 3.0.x ships a legacy "*-runner.jar", 3.1+ a "quarkus-run.jar".
-  local jar
-  jar="$(find "$REGISTRY" -maxdepth 1 \( -name '*-runner.jar' -o -name quarkus-run.jar \) | head -n 1)"
-  [[ -n "$jar" ]] || die "no runnable jar in $REGISTRY"
-  log "starting Apicurio Registry on 127.0.0.1:$REGISTRY_PORT..."
-  # shellcheck disable=SC2086
-  (cd "$RUN/registry" && exec nohup "$JAVA" ${REGISTRY_HEAP_OPTS:--Xmx384m} \
-    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
-    -jar "$jar" >"$LOGS/registry.log" 2>&1 </dev/null) &
-  echo $! >"$RUN/registry.pid"
+  log "starting Apicurio Registry on 127.0.0.1:$REGISTRY_PORT, and one on https://127.0.0.1:$SECURE_REGISTRY_PORT..."
+  launch_registry registry -Dquarkus.http.port="$REGISTRY_PORT"
+  # The secured registry: https only (the stack's CA), HTTP basic auth for every call.
+  launch_registry registry-secure -Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$SECURE_REGISTRY_PORT" \
+    -Dquarkus.http.insecure-requests=disabled -Dquarkus.http.ssl.certificate.key-store-file="$RUN/tls/broker.p12" \
+    -Dquarkus.http.ssl.certificate.key-store-password="$TLS_PASSWORD" -Dquarkus.http.auth.basic=true \
+    -Dquarkus.security.users.embedded.enabled=true -Dquarkus.security.users.embedded.plain-text=true \
+    -Dquarkus.security.users.embedded.users."$SECURE_USER"="$secure_password" \
+    -Dquarkus.http.auth.permission.all.paths='/*' -Dquarkus.http.auth.permission.all.policy=authenticated
 
   wait_for kafka kafka_ready
   log "Kafka ready after $((SECONDS - t0)) s"
   wait_for registry registry_ready
+  wait_for registry-secure secure_registry_ready
   log "Apicurio Registry ready after $((SECONDS - t0)) s"
 
   printf 'VIGIL_BOOTSTRAP_SERVERS=127.0.0.1:%s\nVIGIL_SCHEMA_REGISTRY_URL=%s\n' \
     "$KAFKA_PORT" "$REGISTRY_URL" >"$ENV_FILE"
+  # The SECURE listener (SASL_SSL), the secured registry, and what a client needs.
+  printf 'VIGIL_SECURE_BOOTSTRAP_SERVERS=127.0.0.1:%s\nVIGIL_SECURE_REGISTRY_URL=%s\n' \
+    "$SECURE_PORT" "$SECURE_REGISTRY_URL" >>"$ENV_FILE"
+  printf 'VIGIL_SECURE_CA_LOCATION=%s\nVIGIL_SECURE_USERNAME=%s\nVIGIL_SECURE_PASSWORD=%s\n' \
+    "$RUN/tls/ca.pem" "$SECURE_USER" "$secure_password" >>"$ENV_FILE"
+  chmod 600 "$ENV_FILE"
   log "stack is up; env written to $ENV_FILE"
-  cat "$ENV_FILE"
+  show_env
 }
 
 # SIGTERM lets Kafka shut down cleanly; SIGKILL only if it hangs.
@@ -212,16 +272,16 @@ stop_one() {
 }
 
 stop_all() {
-  stop_one registry "${1:-}" & stop_one kafka "${1:-}" & wait
+  stop_one registry "${1:-}" & stop_one registry-secure "${1:-}" & stop_one kafka "${1:-}" & wait
   rm -rf "$RUN" "$ENV_FILE"
 }
 
 status() {
   local rc=0 name
-  for name in kafka registry; do
+  for name in kafka registry registry-secure; do
     if alive "$name"; then echo "$name: running (pid $(pid_of "$name"))"; else echo "$name: stopped"; rc=3; fi
   done
-  [[ -f "$ENV_FILE" ]] && cat "$ENV_FILE"
+  [[ -f "$ENV_FILE" ]] && show_env
   return "$rc"
 }
 

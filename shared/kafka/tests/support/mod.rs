@@ -45,31 +45,69 @@ fn binary(name: &str) -> std::path::PathBuf {
 }
 
 pub struct Stack {
+    /// Where the Vigil processes this stack starts reach Kafka and the registry.
     pub bootstrap: String,
     pub registry: String,
     pub run: String,
+    /// The broker's plaintext listener, for the test's own clients.
+    plain_bootstrap: String,
+    /// The security settings of the Vigil processes (none on the plaintext stack).
+    security: Vec<(String, String)>,
 }
 
 impl Stack {
     /// Every topic deleted and provisioned again; a fresh run id for groups, starting
     /// with `run_prefix` (which tells one test file's groups and logs from another's).
     pub fn fresh(run_prefix: &str) -> Stack {
+        let bootstrap = env("VIGIL_BOOTSTRAP_SERVERS");
+        Stack::provisioned(run_prefix, bootstrap.clone(), env("VIGIL_SCHEMA_REGISTRY_URL"), Vec::new())
+    }
+
+    /// As [`Stack::fresh`], with the Vigil processes on the local stack's secured
+    /// side: the broker's SASL_SSL listener (SCRAM-SHA-512, the stack's CA) and the
+    /// registry over https with basic auth.
+    pub fn fresh_secured(run_prefix: &str) -> Stack {
+        let (user, password, ca) =
+            (env("VIGIL_SECURE_USERNAME"), env("VIGIL_SECURE_PASSWORD"), env("VIGIL_SECURE_CA_LOCATION"));
+        let security = [
+            ("VIGIL_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("VIGIL_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("VIGIL_KAFKA_SASL_USERNAME", &user),
+            ("VIGIL_KAFKA_SASL_PASSWORD", &password),
+            ("VIGIL_KAFKA_SSL_CA_LOCATION", &ca),
+            ("VIGIL_SCHEMA_REGISTRY_USERNAME", &user),
+            ("VIGIL_SCHEMA_REGISTRY_PASSWORD", &password),
+            ("VIGIL_SCHEMA_REGISTRY_CA_LOCATION", &ca),
+        ];
+        let security = security.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Stack::provisioned(
+            run_prefix,
+            env("VIGIL_SECURE_BOOTSTRAP_SERVERS"),
+            env("VIGIL_SECURE_REGISTRY_URL"),
+            security,
+        )
+    }
+
+    fn provisioned(run_prefix: &str, bootstrap: String, registry: String, security: Vec<(String, String)>) -> Stack {
         let stack = Stack {
-            bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
-            registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
+            bootstrap,
+            registry,
             run: format!(
                 "{run_prefix}{}-{}",
                 std::process::id(),
                 RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             ),
+            plain_bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
+            security,
         };
         let admin: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+            ClientConfig::new().set("bootstrap.servers", &stack.plain_bootstrap).create().unwrap();
         let names: Vec<String> = topics::all_topics(PARTITIONS as u32).into_iter().map(|t| t.name).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
-        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &stack.bootstrap).create().unwrap();
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &stack.plain_bootstrap).create().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         while names.iter().any(|n| topics::partition_count(&consumer, n).unwrap_or(0) > 0) {
             assert!(Instant::now() < deadline, "topics were not deleted");
@@ -84,7 +122,8 @@ impl Stack {
         let mut cmd = Command::new(binary(name));
         cmd.env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
             .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
-            .env("RUST_LOG", "info,rdkafka=warn");
+            .env("RUST_LOG", "info,rdkafka=warn")
+            .envs(self.security.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
@@ -107,6 +146,11 @@ impl Stack {
 
     /// One service instance, logging to a file of its own under the target folder.
     pub fn spawn(&self, service: &str, instance: &str) -> Running {
+        self.spawn_with(service, instance, &[])
+    }
+
+    /// One service instance with variables of its own besides the stack's.
+    pub fn spawn_with(&self, service: &str, instance: &str, vars: &[(&str, &str)]) -> Running {
         let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
         std::fs::create_dir_all(&log_dir).unwrap();
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -122,6 +166,7 @@ impl Stack {
             cmd.env("VIGIL_RUNTIME_IDLE_WALL_CLOCK_MS", "600000");
         }
         let child = cmd
+            .envs(vars.iter().copied())
             .env("VIGIL_GROUP_ID", self.group(service))
             .env("VIGIL_INSTANCE", instance)
             .stdout(Stdio::null())
@@ -138,7 +183,10 @@ impl Stack {
         services
     }
 
+    /// The test's own producer (on the plaintext stack: it is a client without the
+    /// processes' security settings).
     pub fn producer(&self) -> InputProducer {
+        assert!(self.security.is_empty(), "the secured stack takes its input from vigil-generator");
         InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
     }
 }
