@@ -68,7 +68,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    vigil_kafka::connection::load()?;
+    vigil_kafka::connection::load(std::env::var_os("VIGIL_CONFIG").map(std::path::PathBuf::from).as_deref())?;
     if let Command::Healthcheck { url } = &args.command {
         return healthcheck::run(url);
     }

@@ -102,7 +102,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    vigil_kafka::connection::load()?;
+    vigil_kafka::connection::load(std::env::var_os("VIGIL_CONFIG").map(std::path::PathBuf::from).as_deref())?;
     match (&args.out, args.stream) {
         (Some(dir), _) => {
             let written = match args.distinct_customers {

@@ -120,6 +120,25 @@ fn parameters_change_without_recompiling_and_print_config_shows_them() {
 }
 
 #[test]
+fn the_kafka_clients_security_settings_share_the_file_and_never_print() {
+    let dir = scratch("secured-config");
+    let config = dir.join("vigil.toml");
+    std::fs::write(
+        &config,
+        "[health]\nmax_event_gap_ms = 20000\n\n[kafka]\n\"sasl.password\" = \"kafka-s3cret\"\n\n\
+         [schema_registry]\nusername = \"reader\"\npassword = \"registry-s3cret\"\n",
+    )
+    .unwrap();
+    let out = pipeline(&["--config", config.to_str().unwrap(), "--print-config"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("max_event_gap_ms = 20000"), "{shown}");
+    for secret in ["kafka-s3cret", "registry-s3cret", "sasl.password", "reader"] {
+        assert!(!shown.contains(secret), "{secret} printed:\n{shown}");
+    }
+}
+
+#[test]
 fn mistakes_get_a_clear_message_and_a_failing_exit_code() {
     let out = pipeline(&["--input", "/nonexistent/vigil-dataset"], &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -43,7 +43,7 @@ impl KafkaArgs {
     /// Kafka and registry clients (`connection`), so a mistake there stops the
     /// process as it starts.
     pub fn common(&self) -> anyhow::Result<Common> {
-        crate::connection::load()?;
+        crate::connection::load(self.config.as_deref())?;
         Ok(Common {
             bootstrap_servers: self.bootstrap_servers.clone(),
             registry_url: self.schema_registry_url.clone(),

@@ -1,21 +1,25 @@
-//! How every Vigil client reaches a secured Kafka and schema registry.
+//! How every Vigil client reaches a secured Kafka and schema registry, configured
+//! as the rest: in the TOML file (`--config`, `VIGIL_CONFIG`) and by `VIGIL_…`
+//! variables, which win.
 //!
-//! Kafka: `VIGIL_KAFKA_SECURITY_PROTOCOL` and the `VIGIL_KAFKA_SASL_*` and
-//! `VIGIL_KAFKA_SSL_*` variables become librdkafka's `security.protocol`, `sasl.*` and
-//! `ssl.*` settings of every client a process makes (consumers, producers, the admin,
-//! changelog readers, the election): `VIGIL_KAFKA_SASL_MECHANISM=SCRAM-SHA-512` is
-//! `sasl.mechanism=SCRAM-SHA-512`. Registry: `VIGIL_SCHEMA_REGISTRY_USERNAME` and
-//! `VIGIL_SCHEMA_REGISTRY_PASSWORD` (HTTP basic auth) and
-//! `VIGIL_SCHEMA_REGISTRY_CA_LOCATION` (a PEM file of certificates to trust for an
-//! https URL, besides the system's).
+//! Kafka: the file's `[kafka]` table holds librdkafka's own properties as they are
+//! (`"sasl.mechanism" = "SCRAM-SHA-512"`); `VIGIL_KAFKA_SECURITY_PROTOCOL` and the
+//! `VIGIL_KAFKA_SASL_*` and `VIGIL_KAFKA_SSL_*` variables are the same properties with
+//! dots written as underscores. Only `security.protocol`, `sasl.*` and `ssl.*` are
+//! taken (nothing that would change the clients' transactions or isolation), and they
+//! go to every client a process makes: consumers, producers, the admin, changelog
+//! readers, the election. Registry: `[schema_registry]` `username`, `password` (HTTP
+//! basic auth) and `ca_location` (a PEM file of certificates to trust for an https
+//! URL, besides the system's), or `VIGIL_SCHEMA_REGISTRY_USERNAME`, `…_PASSWORD`,
+//! `…_CA_LOCATION`.
 //!
-//! Secrets are read from the environment only, never from a flag (a command line is
-//! visible to every user of the machine), and show as `***` wherever the settings
-//! are printed.
+//! Secrets show as `***` wherever the settings are printed; keep them out of command
+//! lines (visible to every user of a machine): a file readable by the service only, or
+//! the environment.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use rdkafka::config::ClientConfig;
@@ -31,12 +35,18 @@ const KAFKA_SETTINGS: [&str; 4] = ["security.protocol", "sasl.", "ssl.", "enable
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectionError {
     #[error(
-        "{var} is not a Kafka security setting: Vigil passes on VIGIL_KAFKA_SECURITY_PROTOCOL, VIGIL_KAFKA_SASL_* \
-         and VIGIL_KAFKA_SSL_* (librdkafka's security.protocol, sasl.* and ssl.*, dots written as underscores)"
+        "{var} is not a Kafka security setting: Vigil passes on security.protocol, sasl.* and ssl.* (in [kafka] \
+         as they are, or as VIGIL_KAFKA_SECURITY_PROTOCOL, VIGIL_KAFKA_SASL_*, VIGIL_KAFKA_SSL_*)"
     )]
     NotSecurity { var: String },
-    #[error("{REGISTRY_USERNAME} and {REGISTRY_PASSWORD} go together: set both for basic auth, or neither")]
+    #[error("{0} in [schema_registry] is not a setting: it takes username, password and ca_location")]
+    NotRegistry(String),
+    #[error("{0} must be a string")]
+    NotString(String),
+    #[error("the registry's username and password go together: set both for basic auth, or neither")]
     HalfCredentials,
+    #[error("cannot read the configuration file {path}: {message}")]
+    File { path: String, message: String },
 }
 
 /// The security settings of one process's Kafka clients and registry client.
@@ -48,15 +58,55 @@ pub struct Security {
     pub registry_ca: Option<PathBuf>,
 }
 
+fn is_security_property(property: &str) -> bool {
+    KAFKA_SETTINGS.iter().any(|s| property == *s || (s.ends_with('.') && property.starts_with(s)))
+}
+
 impl Security {
     /// The settings among `vars` (the environment's, in a process).
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Security, ConnectionError> {
+        Security::from_sources(&toml::Table::new(), vars)
+    }
+
+    /// The settings of a configuration file's `[kafka]` and `[schema_registry]`
+    /// tables, then those among `vars`, which win.
+    pub fn from_sources(
+        file: &toml::Table,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Security, ConnectionError> {
         let mut security = Security::default();
+        let string = |name: String, value: &toml::Value| match value {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Boolean(b) => Ok(b.to_string()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            _ => Err(ConnectionError::NotString(name)),
+        };
+        let table = |name: &str| match file.get(name) {
+            Some(toml::Value::Table(t)) => Ok(t.clone()),
+            Some(_) => Err(ConnectionError::NotString(format!("[{name}]"))),
+            None => Ok(toml::Table::new()),
+        };
+        for (property, value) in table("kafka")? {
+            if !is_security_property(&property) {
+                return Err(ConnectionError::NotSecurity { var: format!("[kafka] {property}") });
+            }
+            let value = string(format!("[kafka] {property}"), &value)?;
+            security.kafka.insert(property, value);
+        }
         let (mut username, mut password) = (None, None);
+        for (key, value) in table("schema_registry")? {
+            let value = string(format!("[schema_registry] {key}"), &value)?;
+            match key.as_str() {
+                "username" => username = Some(value),
+                "password" => password = Some(value),
+                "ca_location" => security.registry_ca = Some(PathBuf::from(value)),
+                _ => return Err(ConnectionError::NotRegistry(key)),
+            }
+        }
         for (var, value) in vars {
             if let Some(name) = var.strip_prefix(KAFKA_PREFIX) {
                 let property = name.to_lowercase().replace('_', ".");
-                if !KAFKA_SETTINGS.iter().any(|s| property == *s || (s.ends_with('.') && property.starts_with(s))) {
+                if !is_security_property(&property) {
                     return Err(ConnectionError::NotSecurity { var });
                 }
                 security.kafka.insert(property, value);
@@ -104,13 +154,22 @@ impl fmt::Debug for Security {
 
 static SECURITY: OnceLock<Security> = OnceLock::new();
 
-/// Reads this process's settings from its environment, once: every binary calls it
-/// as it starts, so a mistake in them stops it there with a clear error.
-pub fn load() -> Result<&'static Security, ConnectionError> {
+/// Reads this process's settings from its configuration file (if any) and its
+/// environment, once: every binary calls it as it starts, so a mistake in them stops
+/// it there with a clear error.
+pub fn load(config_file: Option<&Path>) -> Result<&'static Security, ConnectionError> {
     if let Some(security) = SECURITY.get() {
         return Ok(security);
     }
-    let security = Security::from_vars(std::env::vars())?;
+    let file = match config_file {
+        Some(path) => {
+            let error = |message: String| ConnectionError::File { path: path.display().to_string(), message };
+            let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+            text.parse::<toml::Table>().map_err(|e| error(e.to_string()))?
+        }
+        None => toml::Table::new(),
+    };
+    let security = Security::from_sources(&file, std::env::vars())?;
     Ok(SECURITY.get_or_init(|| security))
 }
 
@@ -176,6 +235,35 @@ mod tests {
     fn a_kafka_variable_that_is_not_about_security_is_an_error_naming_it() {
         let err = Security::from_vars(vars(&[("VIGIL_KAFKA_TRANSACTIONAL_ID", "mine")])).unwrap_err().to_string();
         assert!(err.starts_with("VIGIL_KAFKA_TRANSACTIONAL_ID is not a Kafka security setting"), "{err}");
+    }
+
+    #[test]
+    fn the_file_gives_librdkafka_properties_as_they_are_and_the_environment_wins() {
+        let file: toml::Table = r#"
+            [kafka]
+            "security.protocol" = "SASL_SSL"
+            "sasl.mechanism" = "PLAIN"
+            "enable.ssl.certificate.verification" = true
+            [schema_registry]
+            username = "reader"
+            password = "from-file"
+        "#
+        .parse()
+        .unwrap();
+        let security = Security::from_sources(
+            &file,
+            vars(&[("VIGIL_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"), ("VIGIL_SCHEMA_REGISTRY_PASSWORD", "from-env")]),
+        )
+        .unwrap();
+        let mut config = ClientConfig::new();
+        security.apply(&mut config);
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        assert_eq!(config.get("enable.ssl.certificate.verification"), Some("true"));
+        assert_eq!(security.registry_credentials, Some(("reader".into(), "from-env".into())));
+        let isolation: toml::Table = "[kafka]\n\"isolation.level\" = \"read_uncommitted\"".parse().unwrap();
+        let err = Security::from_sources(&isolation, vars(&[])).unwrap_err().to_string();
+        assert!(err.starts_with("[kafka] isolation.level is not a Kafka security setting"), "{err}");
     }
 
     #[test]

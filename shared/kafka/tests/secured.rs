@@ -1,9 +1,10 @@
 //! Vigil on a secured deployment: every process (services, generator, admin) reaches
 //! the broker on its SASL_SSL listener (TLS with a certificate of the local stack's
-//! own CA, SCRAM-SHA-512) and the schema registry over https with basic auth, and
-//! gives the embedded runtime's output. A wrong password is an error that says so, the
-//! service stays up and keeps trying, and no secret reaches a log. Ignored by a plain
-//! `cargo test`; `scripts/test.sh` runs them on its local stack.
+//! own CA, SCRAM-SHA-512; set by variables) and the schema registry over https with
+//! basic auth (set in the configuration file), and gives the embedded runtime's
+//! output. A wrong password is an error that says so, the service stays up and keeps
+//! trying, and no secret reaches a log or /metrics. Ignored by a plain `cargo test`;
+//! `scripts/test.sh` runs them on its local stack.
 
 mod support;
 
@@ -20,9 +21,10 @@ fn password() -> String {
 
 fn assert_no_secret(services: &[Running], secrets: &[&str]) {
     for s in services {
-        let log = s.log_text();
+        let (log, metrics) = (s.log_text(), s.metrics_text());
         for secret in secrets {
             assert!(!log.contains(secret), "{}'s log shows a secret:\n{log}", s.name);
+            assert!(!metrics.contains(secret), "{}'s /metrics shows a secret:\n{metrics}", s.name);
         }
     }
 }

@@ -22,6 +22,13 @@ pub struct Config {
     pub health: HealthConfig,
     pub retention: RetentionConfig,
     pub runtime: RuntimeConfig,
+    /// `[kafka]` and `[schema_registry]`: the security settings of the Kafka runtime's
+    /// clients, read by its `connection` module from the same file. Not the seed's
+    /// parameters, and never printed: they hold secrets.
+    #[serde(skip_serializing)]
+    pub kafka: serde::de::IgnoredAny,
+    #[serde(skip_serializing)]
+    pub schema_registry: serde::de::IgnoredAny,
 }
 
 /// Stage 1 (the seed's `src/enrichment.py`).

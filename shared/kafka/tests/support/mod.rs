@@ -64,20 +64,23 @@ impl Stack {
     }
 
     /// As [`Stack::fresh`], with the Vigil processes on the local stack's secured
-    /// side: the broker's SASL_SSL listener (SCRAM-SHA-512, the stack's CA) and the
-    /// registry over https with basic auth.
+    /// side: the broker's SASL_SSL listener (SCRAM-SHA-512, the stack's CA), set by
+    /// `VIGIL_KAFKA_*` variables, and the registry over https with basic auth, set in
+    /// the configuration file (`VIGIL_CONFIG`), so both ways are used.
     pub fn fresh_secured(run_prefix: &str) -> Stack {
         let (user, password, ca) =
             (env("VIGIL_SECURE_USERNAME"), env("VIGIL_SECURE_PASSWORD"), env("VIGIL_SECURE_CA_LOCATION"));
+        let config = std::env::temp_dir().join(format!("vigil-secured-{}.toml", std::process::id()));
+        let registry =
+            format!("[schema_registry]\nusername = {user:?}\npassword = {password:?}\nca_location = {ca:?}\n");
+        std::fs::write(&config, registry).unwrap();
         let security = [
             ("VIGIL_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
             ("VIGIL_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
             ("VIGIL_KAFKA_SASL_USERNAME", &user),
             ("VIGIL_KAFKA_SASL_PASSWORD", &password),
             ("VIGIL_KAFKA_SSL_CA_LOCATION", &ca),
-            ("VIGIL_SCHEMA_REGISTRY_USERNAME", &user),
-            ("VIGIL_SCHEMA_REGISTRY_PASSWORD", &password),
-            ("VIGIL_SCHEMA_REGISTRY_CA_LOCATION", &ca),
+            ("VIGIL_CONFIG", config.to_str().unwrap()),
         ];
         let security = security.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Stack::provisioned(
@@ -309,8 +312,8 @@ pub fn send_lines(producer: &InputProducer, lines: &[Line]) {
 }
 
 impl Running {
-    /// A counter from the service's own /metrics.
-    pub fn metric(&self, name: &str) -> u64 {
+    /// The service's own /metrics, as Prometheus reads it.
+    pub fn metrics_text(&self) -> String {
         use std::io::{Read, Write};
         let text = self.log_text();
         let addr = text.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).expect("a metrics address");
@@ -318,7 +321,13 @@ impl Running {
         write!(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
         let mut body = String::new();
         conn.read_to_string(&mut body).unwrap();
-        body.lines()
+        body
+    }
+
+    /// A counter from the service's own /metrics.
+    pub fn metric(&self, name: &str) -> u64 {
+        self.metrics_text()
+            .lines()
             .filter(|l| l.starts_with(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .map(|v| v as u64)
