@@ -384,7 +384,21 @@ impl<S: Service> Runner<S> {
         // librdkafka keeps a partition paused across an eager rebalance; the core
         // starts it afresh, unpaused, so the consumer must too.
         self.consumer.resume(&tpl).context("cannot resume the assigned partitions")?;
-        let offsets = self.consumer.committed_offsets(tpl, IO_TIMEOUT).context("cannot read the committed offsets")?;
+        // read_committed asks for stable offsets: a transactional offset commit that
+        // never ends (a "hanging transaction": a delayed commit request of an old
+        // producer, which librdkafka cannot prevent without KIP-890) holds them for
+        // good. Seen once in the chaos suite after a broker restart; the error says
+        // how to find and end it (README, "Faults and the chaos suite").
+        let offsets = self.consumer.committed_offsets(tpl, IO_TIMEOUT).with_context(|| {
+            format!(
+                "cannot read the committed offsets of group `{}`; if this repeats while the broker answers, a \
+                 transaction left open on __consumer_offsets may hold them: `kafka-transactions.sh describe-producers \
+                 --topic __consumer_offsets --partition <p>` shows it (a start offset whose producer's transaction \
+                 is not ongoing), `kafka-transactions.sh abort --topic __consumer_offsets --partition <p> \
+                 --start-offset <offset>` ends it",
+                self.settings.group_id
+            )
+        })?;
         let slots: Vec<Slot> = assigned.iter().filter_map(|(t, p)| self.slot_of(t, *p)).collect();
         let committed: Vec<(Slot, Option<i64>)> = offsets
             .elements()
