@@ -8,10 +8,13 @@
 mod support;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{assert_same, reference, send_lines, start, wait_for_commits, Running};
+use support::{assert_same, reference, send_line, send_lines, start, wait_for_commits, Running};
 use vigil_datagen::Dataset;
+use vigil_kafka::produce::InputProducer;
 use vigil_pipeline::ingest::{Line, MergedInput};
 
 const RUN_PREFIX: &str = "faults-";
@@ -48,21 +51,59 @@ fn exited(services: &mut [Running]) -> Vec<String> {
     services.iter_mut().filter_map(|s| s.child.try_wait().unwrap().map(|_| s.name.clone())).collect()
 }
 
+/// The test's input sent at a steady pace on a thread of its own, as a live source
+/// sends it, so that the faults strike while it flows. A lull longer than the
+/// wall-clock idle timeout would idle every partition, and the first to resume could
+/// carry the watermark past the others (as Flink's idleness would): a race with the
+/// wall clock, not what these faults are about.
+struct Feed {
+    sent: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Feed {
+    const TICK: Duration = Duration::from_millis(50);
+
+    /// Sends `input` over about `over`, then the end markers.
+    fn start(producer: InputProducer, input: Vec<Line>, over: Duration) -> Feed {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let per_tick = input.len().div_ceil((over.as_millis() / Self::TICK.as_millis()) as usize);
+        let counter = sent.clone();
+        let thread = std::thread::spawn(move || {
+            for chunk in input.chunks(per_tick) {
+                chunk.iter().for_each(|line| send_line(&producer, line));
+                counter.fetch_add(chunk.len(), Ordering::SeqCst);
+                std::thread::sleep(Self::TICK);
+            }
+            producer.finish().unwrap();
+            producer.flush().unwrap();
+        });
+        Feed { sent, thread }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the whole input and its end markers are on the broker.
+    fn finish(self) {
+        self.thread.join().expect("the feed's thread panicked");
+    }
+}
+
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
     let (_one, stack, mut services) = start(RUN_PREFIX);
     let input: Vec<Line> = MergedInput::planted(20, 7).map(Result::unwrap).collect();
     let bad_lines = input.iter().filter(|l| matches!(l, Line::Dead(_))).count();
-    let third = input.len() / 3;
-    let producer = stack.producer();
-    send_lines(&producer, &input[..third]);
+    let total = input.len();
+    let feed = Feed::start(stack.producer(), input, Duration::from_secs(60));
     let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
     wait_for_commits(&services, &stateful, 300);
 
     // The broker stalls with records in flight, for longer than the transaction
     // timeout (10 s) and the group session (10 s).
-    send_lines(&producer, &input[third..2 * third]);
     let broker = Stopped::stop("kafka");
     std::thread::sleep(Duration::from_secs(20));
     drop(broker);
@@ -73,7 +114,6 @@ fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
     let joins = services.iter().position(|s| s.name == "join-enrich").unwrap();
     services[joins].child.kill().unwrap();
     services[joins].child.wait().unwrap();
-    send_lines(&producer, &input[2 * third..]);
     services[joins] = stack.spawn("join-enrich", "0");
     services[joins].wait_ready();
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -82,10 +122,11 @@ fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
         assert!(exited(&mut services).is_empty(), "exited: {:?}", exited(&mut services));
         std::thread::sleep(Duration::from_millis(200));
     }
+    let sent_in_outage = feed.sent();
     std::thread::sleep(Duration::from_secs(10));
+    assert!(feed.sent() > sent_in_outage || feed.sent() == total, "the input flowed through the outage");
     drop(registry);
-    producer.finish().unwrap();
-    producer.flush().unwrap();
+    feed.finish();
 
     let expected = reference(Dataset::planted(20, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(180));
