@@ -384,21 +384,7 @@ impl<S: Service> Runner<S> {
         // librdkafka keeps a partition paused across an eager rebalance; the core
         // starts it afresh, unpaused, so the consumer must too.
         self.consumer.resume(&tpl).context("cannot resume the assigned partitions")?;
-        // read_committed asks for stable offsets: a transactional offset commit that
-        // never ends (a "hanging transaction": a delayed commit request of an old
-        // producer, which librdkafka cannot prevent without KIP-890) holds them for
-        // good. Seen once in the chaos suite after a broker restart; the error says
-        // how to find and end it (README, "Faults and the chaos suite").
-        let offsets = self.consumer.committed_offsets(tpl, IO_TIMEOUT).with_context(|| {
-            format!(
-                "cannot read the committed offsets of group `{}`; if this repeats while the broker answers, a \
-                 transaction left open on __consumer_offsets may hold them: `kafka-transactions.sh describe-producers \
-                 --topic __consumer_offsets --partition <p>` shows it (a start offset whose producer's transaction \
-                 is not ongoing), `kafka-transactions.sh abort --topic __consumer_offsets --partition <p> \
-                 --start-offset <offset>` ends it",
-                self.settings.group_id
-            )
-        })?;
+        let offsets = self.committed_offsets(tpl)?;
         let slots: Vec<Slot> = assigned.iter().filter_map(|(t, p)| self.slot_of(t, *p)).collect();
         let committed: Vec<(Slot, Option<i64>)> = offsets
             .elements()
@@ -416,6 +402,64 @@ impl<S: Service> Runner<S> {
         }
         let tasks = self.core.assign(&slots, &committed);
         self.restore_tasks(&tasks)
+    }
+
+    /// Where the group committed for the assigned partitions. read_committed asks for
+    /// stable offsets, and an offset commit left open on __consumer_offsets holds them
+    /// unstable: for good if no transaction marker will ever end it (a "hanging
+    /// transaction": a commit request of an older epoch that reached the broker after
+    /// its transaction ended, which librdkafka cannot prevent without KIP-890; seen in
+    /// the chaos suite after a broker restart). When the offsets cannot be read, this
+    /// member aborts a transaction holding one offset commit: the abort marker of its
+    /// producer id ends every transaction of that producer id still open on the
+    /// group's partition, a hanging one of its own included. For any other cause
+    /// it changes nothing, and the error names the remedy.
+    fn committed_offsets(&mut self, tpl: TopicPartitionList) -> Result<TopicPartitionList> {
+        let first = match self.read_committed_offsets(tpl.clone()) {
+            Ok(offsets) => return Ok(offsets),
+            Err(e) => e,
+        };
+        warn!(error = %format!("{first:#}"), "cannot read the committed offsets; ending what this member may have left open on them");
+        self.abort_an_offset_commit(&tpl).context("cannot end an offset commit left open")?;
+        info!("ended what this member left open on its group's offsets; reading them again");
+        self.read_committed_offsets(tpl).with_context(|| {
+            format!(
+                "cannot read the committed offsets of group `{}`; if this repeats while the broker answers, a \
+                 transaction of another producer left open on __consumer_offsets may hold them: \
+                 `kafka-transactions.sh describe-producers --topic __consumer_offsets --partition <p>` shows it (a \
+                 start offset whose producer's transaction is not ongoing), `kafka-transactions.sh abort --topic \
+                 __consumer_offsets --partition <p> --start-offset <offset>` ends it",
+                self.settings.group_id
+            )
+        })
+    }
+
+    /// The committed offsets, or an error if any partition's could not be read (an
+    /// unreadable one must not pass for "never committed").
+    fn read_committed_offsets(&self, tpl: TopicPartitionList) -> Result<TopicPartitionList> {
+        let offsets = self.consumer.committed_offsets(tpl, IO_TIMEOUT)?;
+        for e in offsets.elements() {
+            e.error().with_context(|| format!("committed offset of {} [{}]", e.topic(), e.partition()))?;
+        }
+        Ok(offsets)
+    }
+
+    /// One offset commit in a transaction, aborted at once: nothing is committed, and
+    /// the abort marker reaches the group's partition of __consumer_offsets.
+    fn abort_an_offset_commit(&mut self, tpl: &TopicPartitionList) -> Result<()> {
+        if self.in_transaction {
+            self.abort_transaction()?;
+        }
+        let mut any = TopicPartitionList::new();
+        for e in tpl.elements() {
+            // Never applied (aborted), but librdkafka leaves out offsets below zero.
+            any.add_partition_offset(e.topic(), e.partition(), Offset::Offset(0))?;
+        }
+        let group = self.consumer.group_metadata().context("the consumer has no group metadata")?;
+        self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
+        self.producer.send_offsets_to_transaction(&any, &group, IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        self.producer.abort_transaction(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        Ok(())
     }
 
     /// Each task back to what its changelog holds.
