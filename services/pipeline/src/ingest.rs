@@ -61,7 +61,7 @@ impl<R: BufRead> Iterator for BoundedLines<R> {
                 break;
             }
             seen_any = true;
-            let newline = buf.iter().position(|&b| b == b'\n');
+            let newline = memchr::memchr(b'\n', buf);
             let chunk = &buf[..newline.unwrap_or(buf.len())];
             let room = (MAX_LINE_BYTES + 1).saturating_sub(line.len());
             line.extend_from_slice(&chunk[..chunk.len().min(room)]);

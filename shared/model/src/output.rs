@@ -70,7 +70,7 @@ string_enum!(AnomalyType {
 });
 
 fn iso<S: Serializer>(ms: &Millis, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&iso_utc(*ms))
+    s.serialize_str(iso_utc(*ms).as_str())
 }
 
 /// Counts are Avro `long`s (signed 64-bit); no count comes near 2^63.

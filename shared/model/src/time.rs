@@ -6,18 +6,85 @@ pub type Millis = i64;
 /// Formats epoch milliseconds the way Python's `datetime.isoformat()` does for an
 /// aware UTC datetime, as the seed's output lines show: `2023-11-14T22:13:51+00:00`,
 /// or with microseconds when there is a fraction: `2023-11-14T22:13:48.057000+00:00`.
-pub fn iso_utc(ms: Millis) -> String {
+/// Written into a buffer of its own: every output line carries a few of these.
+pub fn iso_utc(ms: Millis) -> IsoUtc {
     let secs = ms.div_euclid(1000);
     let frac_ms = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    let (hh, mm, ss) = (sod / 3600, sod % 3600 / 60, sod % 60);
-    if frac_ms == 0 {
-        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}+00:00")
+    let mut t = IsoUtc { buf: [0; 40], len: 0 };
+    // As `{y:04}` would: a sign counts towards the width.
+    if y < 0 {
+        t.push(b'-');
+        t.padded(y.unsigned_abs(), 3);
     } else {
-        let micros = frac_ms * 1000;
-        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{micros:06}+00:00")
+        t.padded(y as u64, 4);
+    }
+    t.push(b'-');
+    t.padded(u64::from(m), 2);
+    t.push(b'-');
+    t.padded(u64::from(d), 2);
+    t.push(b'T');
+    for (i, part) in [sod / 3600, sod % 3600 / 60, sod % 60].into_iter().enumerate() {
+        if i > 0 {
+            t.push(b':');
+        }
+        t.padded(part as u64, 2);
+    }
+    if frac_ms != 0 {
+        t.push(b'.');
+        t.padded(frac_ms as u64 * 1000, 6);
+    }
+    for &b in b"+00:00" {
+        t.push(b);
+    }
+    t
+}
+
+/// A time as [`iso_utc`] writes it.
+#[derive(Clone, Copy)]
+pub struct IsoUtc {
+    buf: [u8; 40],
+    len: usize,
+}
+
+impl IsoUtc {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("ASCII digits and punctuation")
+    }
+
+    fn push(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+
+    /// `n` in decimal, zero-padded to `width` digits.
+    fn padded(&mut self, n: u64, width: usize) {
+        let mut digits = [b'0'; 20];
+        let mut at = digits.len();
+        let mut rest = n;
+        while rest > 0 || at == digits.len() {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let start = at.min(digits.len() - width);
+        for &b in &digits[start..] {
+            self.push(b);
+        }
+    }
+}
+
+impl std::fmt::Display for IsoUtc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for IsoUtc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -78,7 +145,7 @@ mod tests {
     #[test]
     fn reads_back_what_it_writes() {
         for ms in [0, 1_700_000_031_000, 1_700_000_028_057, -86_400_001, 951_782_400_123, 4_102_444_800_999] {
-            assert_eq!(parse_iso_utc(&iso_utc(ms)), Some(ms), "{}", iso_utc(ms));
+            assert_eq!(parse_iso_utc(iso_utc(ms).as_str()), Some(ms), "{}", iso_utc(ms));
         }
         assert_eq!(parse_iso_utc("2023-11-14T22:13:51Z"), None);
         assert_eq!(parse_iso_utc("yesterday"), None);
@@ -86,19 +153,33 @@ mod tests {
 
     #[test]
     fn formats_whole_seconds_like_python_isoformat() {
-        assert_eq!(iso_utc(1_700_000_031_000), "2023-11-14T22:13:51+00:00");
-        assert_eq!(iso_utc(0), "1970-01-01T00:00:00+00:00");
+        assert_eq!(iso_utc(1_700_000_031_000).as_str(), "2023-11-14T22:13:51+00:00");
+        assert_eq!(iso_utc(0).as_str(), "1970-01-01T00:00:00+00:00");
     }
 
     #[test]
     fn formats_fractions_as_microseconds() {
-        assert_eq!(iso_utc(1_700_000_028_057), "2023-11-14T22:13:48.057000+00:00");
-        assert_eq!(iso_utc(951_782_400_001), "2000-02-29T00:00:00.001000+00:00");
+        assert_eq!(iso_utc(1_700_000_028_057).as_str(), "2023-11-14T22:13:48.057000+00:00");
+        assert_eq!(iso_utc(951_782_400_001).as_str(), "2000-02-29T00:00:00.001000+00:00");
     }
 
     #[test]
     fn formats_times_before_the_epoch() {
-        assert_eq!(iso_utc(-1), "1969-12-31T23:59:59.999000+00:00");
+        assert_eq!(iso_utc(-1).as_str(), "1969-12-31T23:59:59.999000+00:00");
+    }
+
+    #[test]
+    fn pads_years_as_python_and_rust_formatting_do() {
+        for ms in [-62_198_755_200_000, -62_135_596_800_001, 253_402_300_800_000, 4_102_444_800_999, i64::MAX / 1000] {
+            let secs = ms.div_euclid(1000);
+            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            let sod = secs.rem_euclid(86_400);
+            let frac = ms.rem_euclid(1000) * 1000;
+            let time = format!("{:02}:{:02}:{:02}", sod / 3600, sod % 3600 / 60, sod % 60);
+            let fraction = if frac == 0 { String::new() } else { format!(".{frac:06}") };
+            let expected = format!("{y:04}-{m:02}-{d:02}T{time}{fraction}+00:00");
+            assert_eq!(iso_utc(ms).as_str(), expected);
+        }
     }
 
     #[test]
