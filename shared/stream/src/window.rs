@@ -109,6 +109,8 @@ pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     wanted: Box<dyn Fn(&A) -> bool + Send>,
     keys: KeyedState<K, KeyWindows<A>>,
     timers: TimerQueue<K>,
+    /// Scratch: one key's pane starts while its windows fire.
+    starts: Vec<Millis>,
 }
 
 impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
@@ -119,6 +121,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             wanted: Box::new(|_| true),
             keys: KeyedState::default(),
             timers: TimerQueue::default(),
+            starts: Vec::new(),
         }
     }
 
@@ -193,13 +196,24 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
         let Some(state) = self.keys.get_mut(key) else { return };
-        while let Some(end) = next_fire_end(state, w) {
+        // The key's pane starts, looked up here rather than in the map three times a
+        // window: a key holds a handful of panes, and a sliding window fires every slide.
+        self.starts.clear();
+        self.starts.extend(state.panes.keys().copied());
+        let starts = &self.starts;
+        let first_from = |t: Millis| starts.partition_point(|&p| p < t);
+        // As `next_fire_end`, on the starts.
+        let next_end = |fired_upto: Millis| {
+            let pane = starts.get(first_from(fired_upto.saturating_sub(w.size).saturating_add(1)))?;
+            Some(fired_upto.saturating_add(w.slide).max(pane + w.slide))
+        };
+        while let Some(end) = next_end(state.fired_upto) {
             if end > watermark {
                 break;
             }
             let window = Window { start: end - w.size, end };
             state.fired_upto = end;
-            if state.panes.range(window.start..window.end).next().is_some() {
+            if starts.get(first_from(window.start)).is_some_and(|&p| p < window.end) {
                 if lateness > 0 {
                     state.revisions.insert(window.start, 1);
                 }
