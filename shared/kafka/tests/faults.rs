@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{assert_same, reference, send_line, send_lines, start, wait_for_commits, Running};
+use support::{assert_same, keep_metrics, reference, send_line, send_lines, start, wait_for_commits, Running};
 use vigil_datagen::Dataset;
 use vigil_kafka::produce::InputProducer;
 use vigil_pipeline::ingest::{Line, MergedInput};
@@ -133,7 +133,14 @@ fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
     assert!(exited(&mut services).is_empty(), "services exited: {:?}", exited(&mut services));
     let degraded: Vec<(String, u64)> =
         services.iter().map(|s| (s.name.clone(), s.metric("vigil_member_degraded"))).filter(|(_, d)| *d > 0).collect();
-    assert_same(&got, &expected, "Kafka output after the faults differs from the embedded runtime");
+    if got != expected {
+        keep_metrics(&services);
+    }
+    assert_same(
+        &got,
+        &expected,
+        "Kafka output after the faults differs from the embedded runtime (metrics kept next to the logs)",
+    );
     assert_eq!(dead.len(), bad_lines, "only the input's bad lines are dead letters, none from the outage: {dead:#?}");
     assert!(degraded.is_empty(), "still degraded after the faults: {degraded:?}");
     assert!(services[joins].log_text().contains("member failed"), "join-enrich retried its start");

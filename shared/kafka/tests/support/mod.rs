@@ -231,6 +231,15 @@ pub fn assert_same(got: &[String], expected: &[String], what: &str) {
     }
 }
 
+/// Each service's /metrics, next to its log (`<log>.metrics`), for a failed test's
+/// post-mortem: what was paused, idle, restored or degraded when the output fell short.
+pub fn keep_metrics(services: &[Running]) {
+    for s in services {
+        let text = std::panic::catch_unwind(|| s.metrics_text()).unwrap_or_else(|_| "no answer".into());
+        let _ = std::fs::write(s.log.with_extension("metrics"), text);
+    }
+}
+
 /// A running service process and its log.
 pub struct Running {
     pub name: String,
