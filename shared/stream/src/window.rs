@@ -196,24 +196,19 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
         let Some(state) = self.keys.get_mut(key) else { return };
-        // The key's pane starts, looked up here rather than in the map three times a
-        // window: a key holds a handful of panes, and a sliding window fires every slide.
+        // The key's pane starts, read once rather than searched for in the map three
+        // times a window: a key holds a handful of panes, and a sliding window fires
+        // every slide.
         self.starts.clear();
         self.starts.extend(state.panes.keys().copied());
         let starts = &self.starts;
-        let first_from = |t: Millis| starts.partition_point(|&p| p < t);
-        // As `next_fire_end`, on the starts.
-        let next_end = |fired_upto: Millis| {
-            let pane = starts.get(first_from(fired_upto.saturating_sub(w.size).saturating_add(1)))?;
-            Some(fired_upto.saturating_add(w.slide).max(pane + w.slide))
-        };
-        while let Some(end) = next_end(state.fired_upto) {
+        while let Some(end) = next_fire_end(starts, state.fired_upto, w) {
             if end > watermark {
                 break;
             }
             let window = Window { start: end - w.size, end };
             state.fired_upto = end;
-            if starts.get(first_from(window.start)).is_some_and(|&p| p < window.end) {
+            if starts.get(starts.partition_point(|&p| p < window.start)).is_some_and(|&p| p < window.end) {
                 if lateness > 0 {
                     state.revisions.insert(window.start, 1);
                 }
@@ -224,15 +219,17 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             }
         }
         // Forget what no on-time event can change any more.
+        let mut forgotten = 0;
         while let Some((&pane, _)) = state.panes.first_key_value() {
             if !closed_for_good(pane + w.size, watermark, lateness) {
                 break;
             }
             state.panes.pop_first();
+            forgotten += 1;
         }
         state.revisions.retain(|&start, _| !closed_for_good(start + w.size, watermark, lateness));
         let next = [
-            next_fire_end(state, w),
+            next_fire_end(&starts[forgotten..], state.fired_upto, w),
             state.panes.keys().next().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
             state.revisions.keys().next().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
         ]
@@ -292,11 +289,12 @@ fn closed_for_good(end: Millis, watermark: Millis, allowed_lateness: Millis) -> 
     end.saturating_add(allowed_lateness) <= watermark
 }
 
-/// End of the earliest window of this key that has data and has not fired.
-fn next_fire_end<A>(state: &KeyWindows<A>, w: SlidingWindows) -> Option<Millis> {
-    let unfired_from = state.fired_upto.saturating_sub(w.size).saturating_add(1);
-    let (&pane, _) = state.panes.range(unfired_from..).next()?;
-    Some(state.fired_upto.saturating_add(w.slide).max(pane + w.slide))
+/// End of the earliest window that has data (`starts`: the key's pane starts, in
+/// order) and has not fired.
+fn next_fire_end(starts: &[Millis], fired_upto: Millis, w: SlidingWindows) -> Option<Millis> {
+    let unfired_from = fired_upto.saturating_sub(w.size).saturating_add(1);
+    let pane = starts.get(starts.partition_point(|&p| p < unfired_from))?;
+    Some(fired_upto.saturating_add(w.slide).max(pane + w.slide))
 }
 
 fn merge_panes<A: Aggregate>(panes: &BTreeMap<Millis, A>, window: Window) -> A {
