@@ -21,6 +21,7 @@ use crate::core::entry_of;
 /// transaction timeout, 10 s, plus the broker's sweep of timed-out transactions, 10 s
 /// by default). A restore that goes on reading may take as long as it needs.
 const STALL_LIMIT: Duration = Duration::from_secs(60);
+const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reader waits for the end of its partition, which librdkafka also reports as
 /// an error; only real errors are worth a log line.
@@ -68,6 +69,16 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
+    // A partition that holds nothing (a new stage's) is done without reading: waiting
+    // for its end-of-partition event costs about half a second of start-up.
+    for p in pending.clone() {
+        let (low, high) = reader
+            .fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT)
+            .with_context(|| format!("cannot read the offsets of `{changelog}` [{p}]"))?;
+        if low >= high {
+            pending.remove(&p);
+        }
+    }
     let mut tpl = TopicPartitionList::new();
     for &p in &pending {
         tpl.add_partition_offset(changelog, p, Offset::Beginning)?;
