@@ -142,13 +142,7 @@ fn a_hanging_offset_commit_of_its_own_producer_does_not_stop_a_stage() {
     let enriched = expected.iter().filter(|l| l.starts_with("ENRICHED>")).count() as u64;
     let anomalies = services.iter().find(|s| s.name == "payment-anomalies").unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let read = || {
-        let text = anomalies.metrics_text();
-        let line =
-            text.lines().find(|l| l.starts_with("vigil_member_ledger_records{") && l.contains(r#"outcome="read""#));
-        line.and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).unwrap_or(0.0) as u64
-    };
-    while read() < enriched {
+    while anomalies.metric_where("vigil_member_ledger_records", r#"outcome="read""#) < enriched {
         assert!(Instant::now() < deadline, "payment-anomalies is stuck:\n{}", anomalies.log_text());
         std::thread::sleep(Duration::from_millis(500));
     }

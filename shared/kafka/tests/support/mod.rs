@@ -335,9 +335,14 @@ impl Running {
 
     /// A counter from the service's own /metrics.
     pub fn metric(&self, name: &str) -> u64 {
+        self.metric_where(name, "")
+    }
+
+    /// A metric summed over its series whose line holds `label` (`outcome="read"`, say).
+    pub fn metric_where(&self, name: &str, label: &str) -> u64 {
         self.metrics_text()
             .lines()
-            .filter(|l| l.starts_with(name))
+            .filter(|l| l.starts_with(name) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .map(|v| v as u64)
             .sum()
