@@ -18,6 +18,7 @@ pub mod restore;
 pub mod runner;
 pub mod service;
 pub mod settings;
+pub mod silence;
 pub mod stages;
 pub mod status;
 pub mod supervise;

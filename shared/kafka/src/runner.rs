@@ -39,6 +39,7 @@ use crate::produce::{self, Kafka};
 use crate::restore;
 use crate::service::{InputKind, Parallelism, Service};
 pub use crate::settings::{Common, Settings};
+use crate::silence::{Silence, STUCK_SPELLS};
 use crate::status::{Commit, Ledger, Role, SharedStatus};
 use crate::topics::{self, Topic, DEAD_LETTERS};
 
@@ -73,6 +74,13 @@ struct DeadLetter<'a> {
 
 fn bytes<S: Serializer>(b: &&[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_bytes(b)
+}
+
+/// Where a partition has been read to, and how many records wait after that.
+#[derive(Debug, Clone, Copy)]
+struct Unread {
+    read: i64,
+    waiting: i64,
 }
 
 /// The parts a member runs with besides its settings: where it counts, reports and
@@ -112,9 +120,9 @@ pub struct Runner<S: Service> {
     topics: Vec<(String, Topic)>,
     watermarked: Vec<Topic>,
     changelog: String,
-    /// When each assigned source partition last delivered anything, for idleness.
-    last_heard: HashMap<Slot, Instant>,
-    idle_after: Duration,
+    /// How long each assigned source partition has been silent, for idleness and
+    /// for a consumer stuck on one.
+    silence: Silence,
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
     in_transaction: bool,
@@ -167,7 +175,7 @@ impl<S: Service> Runner<S> {
         Ok(Runner {
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
-            idle_after: Duration::from_millis(settings.config.runtime.idle_wall_clock_ms),
+            silence: Silence::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
             settings,
             codec,
             metrics,
@@ -178,7 +186,6 @@ impl<S: Service> Runner<S> {
             rebalances,
             core,
             topics,
-            last_heard: HashMap::new(),
             drained: false,
             in_transaction: false,
             failed_commits: 0,
@@ -286,7 +293,7 @@ impl<S: Service> Runner<S> {
         }
         let _ = self.consumer.unassign();
         self.core.revoke_all();
-        self.last_heard.clear();
+        self.silence.clear();
         self.publish_tasks();
         self.replace_producer()?;
         self.set_role(Role::Standby);
@@ -302,7 +309,7 @@ impl<S: Service> Runner<S> {
             }
             self.beat.beat();
             self.handle_rebalance()?;
-            self.mark_idle_partitions();
+            self.mark_idle_partitions()?;
             let polled = self.consumer.poll(Duration::from_millis(100));
             self.drained = polled.is_none();
             match polled {
@@ -362,7 +369,7 @@ impl<S: Service> Runner<S> {
                 info!("partitions revoked; the work since the last commit is redone by their next owner");
             }
             self.core.revoke_all();
-            self.last_heard.clear();
+            self.silence.clear();
             self.publish_tasks();
         }
         if !assigned.is_empty() {
@@ -397,7 +404,7 @@ impl<S: Service> Runner<S> {
         for &slot in &slots {
             let input = &self.core.inputs()[slot.0];
             if input.is_source() || input.is_repartition() {
-                self.last_heard.insert(slot, Instant::now());
+                self.silence.watch(slot, Instant::now());
             }
         }
         let tasks = self.core.assign(&slots, &committed);
@@ -522,9 +529,7 @@ impl<S: Service> Runner<S> {
             }
             return Ok(());
         }
-        if let Some(heard) = self.last_heard.get_mut(&slot) {
-            *heard = Instant::now();
-        }
+        self.silence.heard(slot, Instant::now());
         self.begin()?;
         let payload = message.payload().unwrap_or_default();
         let mut undecodable = None;
@@ -587,30 +592,41 @@ impl<S: Service> Runner<S> {
     /// holding its readers back (`TaskCore::mark_idle`) — but only if nothing of it
     /// can be on its way: it is not paused (a paused partition behind a backlog is
     /// slow, not idle), the consumer has drained what it fetched, and the broker says
-    /// now that the partition ends where it has been read to (see `caught_up`). A
+    /// now that the partition ends where it has been read to (see `unread`). A
     /// broker that is restarting or stalled does not answer, and the partitions wait.
-    fn mark_idle_partitions(&mut self) {
+    /// A partition silent and unpaused with records waiting for `STUCK_SPELLS`
+    /// spells in a row has a stuck consumer: the member fails, and its supervisor
+    /// starts it again with new clients.
+    fn mark_idle_partitions(&mut self) -> Result<()> {
         if !self.drained {
-            return;
+            return Ok(());
         }
-        let silent: Vec<Slot> =
-            self.last_heard.iter().filter(|(_, heard)| heard.elapsed() >= self.idle_after).map(|(s, _)| *s).collect();
-        for slot in silent {
-            // Asked again only after another silent spell.
-            self.last_heard.insert(slot, Instant::now());
+        for slot in self.silence.ended_spells(Instant::now()) {
             if self.core.is_paused(slot) {
+                self.silence.not_behind(slot);
                 continue;
             }
-            match self.caught_up(slot) {
-                Some(true) => {
+            match self.unread(slot) {
+                Some(Unread { waiting: 0, .. }) => {
+                    self.silence.not_behind(slot);
                     if self.core.mark_idle(slot) {
                         info!(topic = %self.topics[slot.0].0, partition = slot.1, "partition idle: read to its end and silent; the watermark goes on without it");
                     }
                 }
-                Some(false) => {}
+                Some(unread) if self.silence.behind(slot) => bail!(
+                    "the consumer delivered nothing of {} [{}] for {:?} while {} committed records wait after \
+                     offset {}: its fetch is stuck; starting over with new clients",
+                    self.topics[slot.0].0,
+                    slot.1,
+                    self.silence.after() * STUCK_SPELLS,
+                    unread.waiting,
+                    unread.read,
+                ),
+                Some(_) => {}
                 None => break,
             }
         }
+        Ok(())
     }
 
     /// A record on an idle source partition: its task's other idle source partitions
@@ -620,18 +636,20 @@ impl<S: Service> Runner<S> {
     /// one too few would let it overtake.
     fn wake_idle_siblings(&mut self, slot: Slot) {
         for sibling in self.core.idle_siblings(slot) {
-            if self.caught_up(sibling) != Some(true) && self.core.wake(sibling) {
+            let caught_up = matches!(self.unread(sibling), Some(Unread { waiting: 0, .. }));
+            if !caught_up && self.core.wake(sibling) {
                 info!(topic = %self.topics[sibling.0].0, partition = sibling.1, "idle partition woken: it has records to come");
             }
         }
     }
 
-    /// Whether a partition has been read to its end as the broker says it now
-    /// (`None`: no answer). The position is the consumer's own where it has one: it
-    /// moves past the offsets never delivered under read_committed (transaction
-    /// markers, aborted records), and a seek clears it. Records of a transaction still
-    /// open lie before the end, so they count as on their way.
-    fn caught_up(&self, slot @ (i, p): Slot) -> Option<bool> {
+    /// How far a partition has been read and how many records wait after that, as
+    /// the broker says now (`None`: no answer). The position is the consumer's own
+    /// where it has one: it moves past the offsets never delivered under
+    /// read_committed (transaction markers, aborted records), and a seek clears it.
+    /// The end is the last stable offset (librdkafka asks with the consumer's
+    /// isolation level), so records of a transaction still open do not count.
+    fn unread(&self, slot @ (i, p): Slot) -> Option<Unread> {
         let (start, end) = self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok()?;
         let consumer_position =
             self.consumer.position().ok().and_then(|tpl| match tpl.find_partition(&self.topics[i].0, p)?.offset() {
@@ -640,7 +658,7 @@ impl<S: Service> Runner<S> {
             });
         // Nothing read yet: the partition's first offset is where reading starts.
         let read = consumer_position.max(self.core.position(slot)).unwrap_or(start);
-        Some(read >= end)
+        Some(Unread { read, waiting: (end - read).max(0) })
     }
 
     /// Pauses the partitions that ran too far ahead of their task, resumes those back
