@@ -2,6 +2,9 @@
 //! input topic and the output topic it feeds (read_committed, from the end), and for
 //! each output record computes the time from its input record's production (the
 //! input's Kafka timestamp) to the moment the output is readable, i.e. committed.
+//! Two hops too: payment → amount anomaly (join-enrich, then payment-anomalies), which
+//! also holds the event-time wait of the amount rule (it scores payments in event-time
+//! order, once the watermark has passed them); enriched → anomaly shows that hop alone.
 //!
 //! cargo run --release -p vigil-kafka --example latency_probe -- SECONDS
 //! (VIGIL_BOOTSTRAP_SERVERS and VIGIL_SCHEMA_REGISTRY_URL from the environment)
@@ -9,6 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use apache_avro::types::Value;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -39,10 +43,14 @@ fn main() {
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
-    consumer.subscribe(&["payments", "enriched-payments", "device-events", "device-events-ontime"]).unwrap();
-    // Input records by id, with the time they were produced.
+    consumer
+        .subscribe(&["payments", "enriched-payments", "device-events", "device-events-ontime", "payment-anomalies"])
+        .unwrap();
+    // Input records by id, with the time they were produced; enriched payments by id,
+    // with the time they became readable.
     let mut produced: HashMap<String, i64> = HashMap::new();
-    let (mut payments, mut devices) = (Vec::new(), Vec::new());
+    let mut enriched: HashMap<String, i64> = HashMap::new();
+    let (mut payments, mut devices, mut anomalies, mut second_hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let end = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < end {
         let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else { continue };
@@ -69,6 +77,7 @@ fn main() {
                     if let (false, Some(t)) = (e.unmatched, produced.get(&e.payment_id)) {
                         payments.push(seen - t);
                     }
+                    enriched.insert(e.payment_id, seen);
                 }
             }
             "device-events-ontime" => {
@@ -78,12 +87,27 @@ fn main() {
                     }
                 }
             }
+            "payment-anomalies" => {
+                // Amount anomalies name their payment; velocity ones do not.
+                let Ok(Value::Record(fields)) = codec.decode_value(payload) else { continue };
+                let Some((_, Value::String(id))) = fields.iter().find(|(name, _)| name == "payment_id") else {
+                    continue;
+                };
+                if let Some(t) = produced.get(id) {
+                    anomalies.push(seen - t);
+                }
+                if let Some(t) = enriched.get(id) {
+                    second_hop.push(seen - t);
+                }
+            }
             _ => {}
         }
     }
     for (name, mut v) in [
         ("payment -> enriched payment (join-enrich)", payments),
         ("device event -> on-time event (device-router)", devices),
+        ("payment -> amount anomaly (two hops, event-time wait included)", anomalies),
+        ("enriched payment -> amount anomaly (payment-anomalies, event-time wait included)", second_hop),
     ] {
         if v.is_empty() {
             println!("{name}: no samples");

@@ -23,6 +23,7 @@ pub struct MetricsRegistry {
     commits: IntCounterVec,
     aborts: IntCounterVec,
     commit_seconds: HistogramVec,
+    hop_seconds: HistogramVec,
     last_commit: GaugeVec,
     restored_records: IntCounterVec,
     watermark: GaugeVec,
@@ -69,6 +70,18 @@ impl MetricsRegistry {
         )
         .expect("valid metric");
         registry.register(Box::new(commit_seconds.clone())).expect("unique metric");
+        let hop_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "record_hop_seconds",
+                "Where an input record's time goes in this member, by part: queued (from its Kafka timestamp \
+                 to the read), processing (the operators), commit_wait (from the read until its transaction \
+                 committed, when its outputs become readable)",
+            )
+            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["stage", "member", "part"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(hop_seconds.clone())).expect("unique metric");
         let start = Gauge::with_opts(
             opts("start_time_seconds", "When this process started, unix seconds").const_label("component", component),
         )
@@ -88,6 +101,7 @@ impl MetricsRegistry {
                 &member,
             ),
             commit_seconds,
+            hop_seconds,
             last_commit: gauges("last_commit_timestamp_seconds", "When the member last committed, unix seconds"),
             restored_records: counters(
                 "restored_records_total",
@@ -156,6 +170,9 @@ impl MetricsRegistry {
             commits: self.commits.with_label_values(&l),
             aborts: self.aborts.with_label_values(&l),
             commit_seconds: self.commit_seconds.with_label_values(&l),
+            queued: self.hop_seconds.with_label_values(&[stage, member, "queued"]),
+            processing: self.hop_seconds.with_label_values(&[stage, member, "processing"]),
+            commit_wait: self.hop_seconds.with_label_values(&[stage, member, "commit_wait"]),
             last_commit: self.last_commit.with_label_values(&l),
             restored_records: self.restored_records.with_label_values(&l),
             watermark: self.watermark.with_label_values(&l),
@@ -203,6 +220,10 @@ pub struct MemberMetrics {
     pub commits: IntCounter,
     pub aborts: IntCounter,
     pub commit_seconds: Histogram,
+    /// The parts of `vigil_record_hop_seconds`.
+    pub queued: Histogram,
+    pub processing: Histogram,
+    pub commit_wait: Histogram,
     last_commit: Gauge,
     pub restored_records: IntCounter,
     watermark: Gauge,

@@ -28,6 +28,7 @@ use serde::{Serialize, Serializer};
 use tracing::{info, warn};
 use vigil_model::output::RecordType;
 
+use crate::cadence::Cadence;
 use crate::codec::{Codec, CodecError};
 use crate::core::{CommitBatch, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
@@ -129,6 +130,9 @@ pub struct Runner<S: Service> {
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
     last_commit: Instant,
+    cadence: Cadence,
+    /// When each record of the open transaction was read, for its commit wait.
+    reads: Vec<Instant>,
     /// Records-in counters by input index, records-out counters by topic.
     records_in: Vec<prometheus::IntCounter>,
     records_out: HashMap<&'static str, prometheus::IntCounter>,
@@ -176,6 +180,7 @@ impl<S: Service> Runner<S> {
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
             silence: Silence::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
+            cadence: Cadence::new(settings.commit_interval),
             settings,
             codec,
             metrics,
@@ -190,6 +195,7 @@ impl<S: Service> Runner<S> {
             in_transaction: false,
             failed_commits: 0,
             last_commit: Instant::now(),
+            reads: Vec::new(),
             records_in,
             records_out,
         })
@@ -310,7 +316,8 @@ impl<S: Service> Runner<S> {
             self.beat.beat();
             self.handle_rebalance()?;
             self.mark_idle_partitions()?;
-            let polled = self.consumer.poll(Duration::from_millis(100));
+            let since_commit = self.last_commit.elapsed();
+            let polled = self.consumer.poll(self.cadence.poll_timeout(self.core.is_dirty(), since_commit));
             self.drained = polled.is_none();
             match polled {
                 // Detached (copied) so the loop can change its own state while handling it.
@@ -330,7 +337,7 @@ impl<S: Service> Runner<S> {
             self.emit()?;
             self.apply_flow()?;
             self.metrics.set_watermark(self.core.lowest_watermark());
-            if self.core.is_dirty() && self.last_commit.elapsed() >= self.settings.commit_interval {
+            if self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), self.drained) {
                 self.commit()?;
             }
         }
@@ -512,11 +519,13 @@ impl<S: Service> Runner<S> {
         if !self.in_transaction {
             self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
             self.in_transaction = true;
+            self.reads.clear();
         }
         Ok(())
     }
 
     fn on_message(&mut self, message: &OwnedMessage) -> Result<()> {
+        let read = Instant::now();
         let (p, offset) = (message.partition(), message.offset());
         let Some(slot) = self.slot_of(message.topic(), p) else { return Ok(()) };
         if self.rebalances.lock().expect("rebalance log").pending() {
@@ -570,6 +579,11 @@ impl<S: Service> Runner<S> {
         }
         if is_record {
             self.records_in[slot.0].inc();
+            if let Some(created) = message.timestamp().to_millis() {
+                self.metrics.queued.observe((now_ms() - created).max(0) as f64 / 1000.0);
+            }
+            self.metrics.processing.observe(read.elapsed().as_secs_f64());
+            self.reads.push(read);
         }
         if let Some(reason) = undecodable {
             self.dead_letter(&self.topics[slot.0].0, p, offset, reason, payload)?;
@@ -748,6 +762,9 @@ impl<S: Service> Runner<S> {
                 self.last_commit = Instant::now();
                 self.metrics.commits.inc();
                 self.metrics.commit_seconds.observe(took.as_secs_f64());
+                for read in self.reads.drain(..) {
+                    self.metrics.commit_wait.observe(read.elapsed().as_secs_f64());
+                }
                 self.metrics.committed_now();
                 self.metrics.degraded.set(0);
                 self.beat.recovered();

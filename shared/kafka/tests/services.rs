@@ -46,6 +46,7 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     std::fs::remove_dir_all(&dir).unwrap();
     let expected = reference(Dataset::planted(1, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
+    assert_hops_accounted(&services);
     stop(services);
     assert_same(&got, &expected, NOT_EMBEDDED);
     assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
@@ -54,6 +55,24 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
         r#"LATE_EVENT> {"record_type": "device_event", "device_id": "dev-101", "site_id": "site-a", "event_type": "heartbeat", "status": "ok", "event_ts_ms": 1700000003507, "watermark_ms": 1700000039650, "lag_ms": 36143}"#,
     ] {
         assert!(got.iter().any(|l| l == line), "missing {line}");
+    }
+}
+
+/// Every input record a service read shows in its latency breakdown: how long it was
+/// queued in Kafka, and (once its transaction committed) how long it waited for that.
+fn assert_hops_accounted(services: &[Running]) {
+    let hops = |s: &Running, part: &str| s.metric_where("vigil_record_hop_seconds_count", &format!("part=\"{part}\""));
+    for s in services {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let read = s.metric("vigil_records_in_total");
+            let (queued, waited) = (hops(s, "queued"), hops(s, "commit_wait"));
+            if read > 0 && queued == read && waited == read {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}: {read} records read, {queued} queued, {waited} committed", s.name);
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
