@@ -11,13 +11,27 @@
 # 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000) for
 #    SECONDS (default 30); p50/p99 from an input record's production to its output
 #    becoming readable under read_committed (see shared/kafka/examples/latency_probe.rs).
+#    Then where the time goes in join-enrich and the device router, from their
+#    vigil_record_hop_seconds histograms: queued in Kafka before the read, processing,
+#    from the read until the commit (p50 and p99 as bucket upper bounds).
 # 3. The raw broker on the same machine in the same run: Kafka's own producer and
 #    consumer perf tools, one million 100-byte records.
+# 4. Start-up: with the planted dataset plus 10 thousand events waiting on the input
+#    topics, each stateful service is started alone on empty changelogs: the time from
+#    its start to its first commit with output (polled from /metrics every 10 ms).
+#    Then it is killed (SIGKILL) and started again on what it committed: the time
+#    until its tasks are restored and reading, and what the restore read.
+#
+# Env: PARTS (default "throughput latency raw startup") runs only those parts; BIN (default
+# target/release) takes the Vigil binaries from another build, to compare two builds
+# side by side (only the latency probe is built then).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE="${1:-1000}"
 RATE="${2:-2000}"
 SECONDS_LATENCY="${3:-30}"
+PARTS="${PARTS:-throughput latency raw startup}"
+BIN="${BIN:-target/release}"
 export VIGIL_STACK_STATE="$PWD/.cache/bench-stack"
 SERVICES=(join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor)
 PIDS=()
@@ -29,34 +43,43 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A new broker and registry with Vigil's topics; the six services too unless told
+# "bare".
 fresh_stack() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   PIDS=()
   scripts/local-stack.sh stop >/dev/null 2>&1 || true
   scripts/local-stack.sh start >/dev/null
-  set -a; . "$VIGIL_STACK_STATE/env"; set +a
-  target/release/vigil-admin provision >/dev/null
+  set -a
+  # shellcheck disable=SC1091
+  . "$VIGIL_STACK_STATE/env"
+  set +a
+  "$BIN"/vigil-admin provision >/dev/null
+  [[ "${1:-}" != bare ]] || return 0
   local port=19100
   for s in "${SERVICES[@]}"; do
     port=$((port + 1))
-    VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=warn target/release/vigil-"$s" 2>"$VIGIL_STACK_STATE/$s.log" &
+    VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=warn "$BIN"/vigil-"$s" 2>"$VIGIL_STACK_STATE/$s.log" &
     PIDS+=($!)
   done
   sleep 5
 }
 
-# Every service's lowest task watermark at the end of time (the gauge is clamped).
+# Every task of a service has read the end-of-input markers.
+# shellcheck disable=SC2016
+AT_END='/^vigil_input_ended[{ ]/ && $NF == 1 { done = 1 } END { exit !done }'
 all_done() {
   local port
   for port in $(seq 19101 19106); do
-    curl -s "127.0.0.1:$port/metrics" | grep -q '^vigil_watermark_ms{[^}]*} 4611686018427388' || return 1
+    awk "$AT_END" <<<"$(curl -s "127.0.0.1:$port/metrics")" || return 1
   done
 }
 
 now() { date +%s.%N; }
 
 echo "== building (release)"
-cargo build --release --workspace --bins --locked -q
+[[ "$BIN" != target/release ]] || cargo build --release --workspace --bins --locked -q
+# The probe is the instrument, not the subject: always this tree's.
 cargo build --release -p vigil-kafka --example latency_probe --locked -q
 
 # Planted + SCALE thousand events keyed as $1 (join: as the stages join them; none:
@@ -67,7 +90,7 @@ throughput() {
   fresh_stack
   local t0 t_produced t1 events
   t0=$(now)
-  target/release/vigil-generator --kafka --scale "$SCALE" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
+  "$BIN"/vigil-generator --kafka --scale "$SCALE" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
   t_produced=$(now)
   until all_done; do sleep 0.5; done
   t1=$(now)
@@ -81,20 +104,92 @@ throughput() {
     echo
   done
 }
-throughput join
-throughput none
+# p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics, as
+# the upper bounds of the buckets they fall in.
+hops() {
+  curl -s "127.0.0.1:$2/metrics" | awk -v stage="$1" '
+    /^vigil_record_hop_seconds_bucket/ {
+      match($0, /part="[a-z_]*"/); part = substr($0, RSTART + 6, RLENGTH - 7)
+      match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+      n[part]++; bound[part, n[part]] = le; count[part, n[part]] = $NF
+    }
+    END {
+      line = stage ":"
+      split("queued processing commit_wait", parts, " ")
+      for (k = 1; k <= 3; k++) {
+        part = parts[k]; total = count[part, n[part]]
+        if (total == 0) continue
+        p50 = p99 = ""
+        for (i = 1; i <= n[part]; i++) {
+          if (p50 == "" && count[part, i] >= 0.5 * total) p50 = bound[part, i]
+          if (p99 == "" && count[part, i] >= 0.99 * total) p99 = bound[part, i]
+        }
+        line = line sprintf(" %s p50 <= %s s, p99 <= %s s;", part, p50, p99)
+      }
+      print line
+    }'
+}
 
-echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s"
-fresh_stack
-target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" &
-probe=$!
-sleep 3
-target/release/vigil-generator --kafka --no-finish --rate "$RATE" --scale "$((RATE * SECONDS_LATENCY / 1000))" \
-  2>>"$VIGIL_STACK_STATE/generator.log"
-wait "$probe"
+if [[ " $PARTS " == *" throughput "* ]]; then
+  throughput join
+  throughput none
+fi
 
+if [[ " $PARTS " == *" latency "* ]]; then
+  echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s"
+  fresh_stack
+  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" &
+  probe=$!
+  sleep 3
+  "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" --scale "$((RATE * SECONDS_LATENCY / 1000))" \
+    2>>"$VIGIL_STACK_STATE/generator.log"
+  wait "$probe"
+  hops join-enrich 19101
+  hops device-router 19104
+fi
+
+# Starts one service alone ($STARTED) and prints how long it took until $2 held
+# in its metrics (an awk program over them), and what its restore read.
+time_to() {
+  local service=$1 until=$2 what=$3 port=19120 t0 metrics log
+  STARTS=$((STARTS + 1))
+  log="$VIGIL_STACK_STATE/$service-$STARTS.log"
+  t0=$(now)
+  VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info NO_COLOR=1 "$BIN"/vigil-"$service" 2>"$log" &
+  STARTED=$!
+  until metrics=$(curl -s "127.0.0.1:$port/metrics") && awk "$until" <<<"$metrics"; do
+    sleep 0.01
+  done
+  awk -v a="$t0" -v b="$(now)" -v s="$service" -v what="$what" 'BEGIN { printf "%s: %s %.2f s after start", s, what, b - a }'
+  grep -o 'records=[0-9]* seconds=[0-9.]*' "$log" | head -n 1 | sed 's/^/; restore: /' || true
+  echo
+}
+STARTS=0
+# shellcheck disable=SC2016 # awk programs
+FIRST_OUTPUT='/^vigil_transaction_commits_total[{ ]/ { c += $NF } /^vigil_records_out_total[{ ]/ { o += $NF }
+  END { exit !(c > 0 && o > 0) }'
+# shellcheck disable=SC2016
+READY='/^vigil_tasks[{ ]/ { t += $NF } END { exit !(t > 0) }'
+
+if [[ " $PARTS " == *" startup "* ]]; then
+  echo "== 4. start-up on empty, then on committed changelogs"
+  fresh_stack bare
+  "$BIN"/vigil-generator --kafka --scale 10 2>"$VIGIL_STACK_STATE/generator.log"
+  # In pipeline order, so that each stage finds its input complete.
+  for service in join-enrich device-router payment-anomalies device-analytics; do
+    time_to "$service" "$FIRST_OUTPUT" "empty changelogs, first output committed"
+    kill -9 "$STARTED"
+    wait "$STARTED" 2>/dev/null || true
+    time_to "$service" "$READY" "after kill -9, tasks restored and reading"
+    until awk "$AT_END" <<<"$(curl -s 127.0.0.1:19120/metrics)"; do sleep 0.2; done
+    kill "$STARTED"
+    wait "$STARTED" 2>/dev/null || true
+  done
+fi
+
+[[ " $PARTS " == *" raw "* ]] || exit 0
 echo "== 3. the raw broker: Kafka's perf tools, 1 000 000 records of 100 bytes"
-target/release/vigil-admin provision >/dev/null
+"$BIN"/vigil-admin provision >/dev/null
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
   --create --topic perf-test --partitions 4 --replication-factor 1 >/dev/null
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.ProducerPerformance --topic perf-test \

@@ -855,6 +855,12 @@ impl<S: Service> TaskCore<S> {
         self.tasks.values().map(|t| t.input_watermark).filter(|&w| w != NO_WATERMARK && w != Millis::MAX).min()
     }
 
+    /// Every task has read the end of its input (end-of-input markers on every
+    /// partition): all its windows have fired.
+    pub fn input_ended(&self) -> bool {
+        !self.tasks.is_empty() && self.tasks.values().all(|t| t.input_watermark == Millis::MAX)
+    }
+
     /// Entries of keyed state over every task.
     pub fn live_entries(&self) -> usize {
         self.tasks.values().map(|t| t.operator.live_entries()).sum()

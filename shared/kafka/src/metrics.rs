@@ -38,6 +38,7 @@ pub struct MetricsRegistry {
     rerouted: IntCounterVec,
     paused: IntGaugeVec,
     degraded: IntGaugeVec,
+    input_ended: IntGaugeVec,
     ledger: IntGaugeVec,
 }
 
@@ -132,6 +133,11 @@ impl MetricsRegistry {
             ),
             restore_seconds: gauges("restore_seconds", "How long the member's last task restore took"),
             paused: int_gauges("paused_partitions", "Input partitions paused for running ahead of their task"),
+            input_ended: int_gauges(
+                "input_ended",
+                "1 once every task of the member has read the end of its input (end-of-input markers): all its \
+                 windows have fired",
+            ),
             degraded: int_gauges(
                 "member_degraded",
                 "1 from a member's failure (broker, registry or transaction fault) until its first commit after the restart",
@@ -186,6 +192,7 @@ impl MetricsRegistry {
             rerouted: self.rerouted.with_label_values(&l),
             paused: self.paused.with_label_values(&l),
             degraded: self.degraded.with_label_values(&l),
+            input_ended: self.input_ended.with_label_values(&l),
         }
     }
 
@@ -237,6 +244,7 @@ pub struct MemberMetrics {
     pub rerouted: IntCounter,
     pub paused: IntGauge,
     pub degraded: IntGauge,
+    pub input_ended: IntGauge,
 }
 
 impl MemberMetrics {

@@ -337,6 +337,7 @@ impl<S: Service> Runner<S> {
             self.emit()?;
             self.apply_flow()?;
             self.metrics.set_watermark(self.core.lowest_watermark());
+            self.metrics.input_ended.set(i64::from(self.core.input_ended()));
             if self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), self.drained) {
                 self.commit()?;
             }

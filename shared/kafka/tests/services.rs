@@ -46,7 +46,7 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     std::fs::remove_dir_all(&dir).unwrap();
     let expected = reference(Dataset::planted(1, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
-    assert_hops_accounted(&services);
+    assert_finished_and_accounted(&services);
     stop(services);
     assert_same(&got, &expected, NOT_EMBEDDED);
     assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
@@ -58,19 +58,25 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     }
 }
 
-/// Every input record a service read shows in its latency breakdown: how long it was
-/// queued in Kafka, and (once its transaction committed) how long it waited for that.
-fn assert_hops_accounted(services: &[Running]) {
+/// Every service says it has read the end of its input, and every input record it read
+/// shows in its latency breakdown: how long it was queued in Kafka, and (once its
+/// transaction committed) how long it waited for that.
+fn assert_finished_and_accounted(services: &[Running]) {
     let hops = |s: &Running, part: &str| s.metric_where("vigil_record_hop_seconds_count", &format!("part=\"{part}\""));
     for s in services {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let read = s.metric("vigil_records_in_total");
             let (queued, waited) = (hops(s, "queued"), hops(s, "commit_wait"));
-            if read > 0 && queued == read && waited == read {
+            let ended = s.metric("vigil_input_ended") == 1;
+            if ended && read > 0 && queued == read && waited == read {
                 break;
             }
-            assert!(Instant::now() < deadline, "{}: {read} records read, {queued} queued, {waited} committed", s.name);
+            assert!(
+                Instant::now() < deadline,
+                "{}: input ended {ended}, {read} records read, {queued} queued, {waited} committed",
+                s.name
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
