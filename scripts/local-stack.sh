@@ -66,11 +66,16 @@ fetch() {
 # so no nc/ss is needed).
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# A random port in 20000-59999 that nothing listens on yet.
+# A random port that nothing listens on yet, below the kernel's ephemeral range:
+# outgoing connections take their local ports from that range, and one could take a
+# port picked there before the broker or registry binds it (seen: "Port ... seems to
+# be in use").
 free_port() {
-  local p
+  local p low=32768 rest
+  read -r low rest </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  ((low > 12000)) || low=60000
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((10000 + RANDOM % (low - 10000)))
     port_open "$p" || { echo "$p"; return 0; }
   done
   die "no free port found"
