@@ -56,6 +56,8 @@ impl Keying {
 
 /// How long a producer waits for an unreachable schema registry before it gives up.
 const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
+/// librdkafka's delivery timeout (`message.timeout.ms`, five minutes), and a margin.
+const DELIVERY_PATIENCE: Duration = Duration::from_secs(330);
 
 pub struct InputProducer {
     producer: Kafka,
@@ -158,8 +160,22 @@ impl InputProducer {
         Ok(())
     }
 
+    /// Waits until every record sent is delivered. While the broker is unreachable
+    /// (restarting, say) librdkafka keeps the records and retries them for its
+    /// delivery timeout, five minutes: this waits as long, saying what for.
     pub fn flush(&self) -> Result<()> {
-        self.producer.flush(Duration::from_secs(60)).context("cannot flush the producer")
+        let give_up = Instant::now() + DELIVERY_PATIENCE;
+        loop {
+            match self.producer.flush(Duration::from_secs(10)) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() < give_up => {
+                    warn!(waiting = self.producer.in_flight_count(), error = %e, "records not delivered yet; waiting for the broker");
+                }
+                Err(e) => {
+                    return Err(e).context("cannot flush the producer: records still undelivered after five minutes")
+                }
+            }
+        }
     }
 
     fn send(&self, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
