@@ -107,12 +107,27 @@ impl CommitBatch {
     }
 }
 
-/// Where to read from after an abort (`None`: from the beginning), and the tasks to
-/// restore from their changelog first.
+/// What an abort undoes: the tasks to restore from their changelog, then the input
+/// partitions to read again from their committed offsets
+/// ([`TaskCore::committed_offset`], known once the tasks are restored).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Rewind {
     pub tasks: Vec<i32>,
-    pub seeks: Vec<(Slot, Option<i64>)>,
+    pub slots: Vec<Slot>,
+}
+
+/// An input partition whose offset committed with its task's state (in the
+/// changelog) is not the one the shell believed committed: the group's offset
+/// commit, or a commit reported failed. Offsets and state are written in one
+/// transaction, but an offset commit of an earlier, aborted transaction can still
+/// land after it (librdkafka lacks KIP-890), and a commit that timed out may have
+/// completed. The state's offset wins: reading from anywhere else would judge
+/// records against state that has, or has not yet, seen them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Correction {
+    pub slot: Slot,
+    pub believed: Option<i64>,
+    pub changelog: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +161,8 @@ struct Task<O> {
     committed_ledger: Ledger,
     /// The task record as last written, so an unchanged one is not written again.
     written: Scalar,
+    /// The input offsets its restored task record was committed with.
+    restored_positions: Vec<(usize, i32, i64)>,
 }
 
 /// A task's own record in the changelog.
@@ -169,6 +186,10 @@ struct TaskRecord {
     /// (input index, partition, writers) of upstream inputs.
     upstream: Vec<(usize, i32, Vec<Writer>)>,
     ledger: Ledger,
+    /// (input index, partition, next offset) of every input partition read, as
+    /// committed with this state: see [`Correction`].
+    #[serde(default)]
+    positions: Vec<(usize, i32, i64)>,
 }
 
 fn no_watermark() -> Millis {
@@ -361,6 +382,7 @@ impl<S: Service> TaskCore<S> {
             ledger: Ledger::default(),
             committed_ledger: Ledger::default(),
             written: Scalar::default(),
+            restored_positions: Vec::new(),
         };
         self.tasks.insert(task, task_state);
         // Commit once even without input, so the task's first markers tell its readers
@@ -407,13 +429,27 @@ impl<S: Service> TaskCore<S> {
         t.in_place = r.in_place;
         t.ledger = r.ledger;
         t.committed_ledger = r.ledger;
+        t.restored_positions = r.positions;
         t.written.restored(bytes);
     }
 
-    pub fn finish_restore(&mut self, task: i32) {
-        if let Some(t) = self.tasks.get_mut(&task) {
-            t.operator.finish_restore();
+    /// The task is restored; where its state's committed offsets differ from what
+    /// the shell believed committed, they replace them, and the shell must read
+    /// those partitions from there.
+    pub fn finish_restore(&mut self, task: i32) -> Vec<Correction> {
+        let Some(t) = self.tasks.get_mut(&task) else { return Vec::new() };
+        t.operator.finish_restore();
+        let mut corrections = Vec::new();
+        for (input, p, changelog) in std::mem::take(&mut t.restored_positions) {
+            let slot = (input, p);
+            let believed = self.committed.get(&slot).copied();
+            if believed != Some(changelog) {
+                corrections.push(Correction { slot, believed, changelog });
+                self.committed.insert(slot, changelog);
+                self.positions.insert(slot, changelog);
+            }
         }
+        corrections
     }
 
     // --- processing -------------------------------------------------------------------
@@ -796,8 +832,12 @@ impl<S: Service> TaskCore<S> {
             sources: Vec::new(),
             upstream: Vec::new(),
             ledger: task.ledger,
+            positions: Vec::new(),
         };
         for (i, p) in self.slots_of(id) {
+            if let Some(&next) = self.positions.get(&(i, p)) {
+                record.positions.push((i, p, next));
+            }
             if let Some(clock) = &self.clocks[i] {
                 record.sources.push((i, p, clock.progress(p as usize)));
             }
@@ -821,9 +861,7 @@ impl<S: Service> TaskCore<S> {
     /// (the shell restores the tasks listed), every input to its committed offset.
     pub fn abort(&mut self) -> Rewind {
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
-        let read: BTreeSet<Slot> = self.positions.keys().chain(self.held.keys()).copied().collect();
-        let seeks: Vec<(Slot, Option<i64>)> =
-            read.into_iter().map(|slot| (slot, self.committed.get(&slot).copied())).collect();
+        let slots: BTreeSet<Slot> = self.positions.keys().chain(self.held.keys()).copied().collect();
         self.positions = self.committed.clone();
         self.held.clear();
         self.looked.clear();
@@ -832,7 +870,12 @@ impl<S: Service> TaskCore<S> {
         for &task in &tasks {
             self.begin_restore(task);
         }
-        Rewind { tasks, seeks }
+        Rewind { tasks, slots: slots.into_iter().collect() }
+    }
+
+    /// Where an input partition was last committed (`None`: never).
+    pub fn committed_offset(&self, slot: Slot) -> Option<i64> {
+        self.committed.get(&slot).copied()
     }
 
     // --- reporting --------------------------------------------------------------------

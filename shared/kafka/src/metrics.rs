@@ -22,6 +22,7 @@ pub struct MetricsRegistry {
     dead_letters: IntCounterVec,
     commits: IntCounterVec,
     aborts: IntCounterVec,
+    offset_corrections: IntCounterVec,
     commit_seconds: HistogramVec,
     hop_seconds: HistogramVec,
     last_commit: GaugeVec,
@@ -101,6 +102,12 @@ impl MetricsRegistry {
                 "Transactions aborted (the work is redone from the last commit)",
                 &member,
             ),
+            offset_corrections: counters(
+                "offset_corrections_total",
+                "Input partitions read from the offset committed with their task's state, because the group's \
+                 committed offset (or the commit the member believed) said otherwise",
+                &member,
+            ),
             commit_seconds,
             hop_seconds,
             last_commit: gauges("last_commit_timestamp_seconds", "When the member last committed, unix seconds"),
@@ -175,6 +182,7 @@ impl MetricsRegistry {
             dead_letters: self.dead_letters.with_label_values(&l),
             commits: self.commits.with_label_values(&l),
             aborts: self.aborts.with_label_values(&l),
+            offset_corrections: self.offset_corrections.with_label_values(&l),
             commit_seconds: self.commit_seconds.with_label_values(&l),
             queued: self.hop_seconds.with_label_values(&[stage, member, "queued"]),
             processing: self.hop_seconds.with_label_values(&[stage, member, "processing"]),
@@ -226,6 +234,7 @@ pub struct MemberMetrics {
     pub dead_letters: IntCounter,
     pub commits: IntCounter,
     pub aborts: IntCounter,
+    pub offset_corrections: IntCounter,
     pub commit_seconds: Histogram,
     /// The parts of `vigil_record_hop_seconds`.
     pub queued: Histogram,

@@ -30,7 +30,7 @@ use vigil_model::output::RecordType;
 
 use crate::cadence::Cadence;
 use crate::codec::{Codec, CodecError};
-use crate::core::{CommitBatch, Incoming, Rewind, Routed, Slot, TaskCore};
+use crate::core::{CommitBatch, Correction, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
 use crate::group::{GroupContext, RebalanceLog, SharedLog};
 use crate::markers;
@@ -496,9 +496,7 @@ impl<S: Service> Runner<S> {
             tasks,
             |task, key, value| Ok(core.restore_entry(task, key, value)?),
         )?;
-        for &task in tasks {
-            self.core.finish_restore(task);
-        }
+        let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
         let took = started.elapsed();
         self.metrics.restored_records.inc_by(restored.records);
         self.metrics.restore_seconds.set(took.as_secs_f64());
@@ -513,6 +511,26 @@ impl<S: Service> Runner<S> {
             "tasks ready"
         );
         self.publish_tasks();
+        self.read_where_committed(&corrections)
+    }
+
+    /// Reads each corrected partition from where its task's state was committed.
+    fn read_where_committed(&self, corrections: &[Correction]) -> Result<()> {
+        for &Correction { slot, believed, changelog } in corrections {
+            let (topic, partition) = (&self.topics[slot.0].0, slot.1);
+            warn!(
+                topic,
+                partition,
+                believed = ?believed,
+                state_committed_at = changelog,
+                "the offset committed with this partition's state differs from the committed offset read or \
+                 believed; reading from the state's (an offset commit of an earlier transaction that landed late, \
+                 or a commit reported failed that completed). To process records again on purpose, use \
+                 `vigil-admin reset`"
+            );
+            self.metrics.offset_corrections.inc();
+            self.seek(slot, Offset::Offset(changelog))?;
+        }
         Ok(())
     }
 
@@ -829,11 +847,11 @@ impl<S: Service> Runner<S> {
         self.metrics.aborts.inc();
         self.replace_producer()?;
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
-        let Rewind { tasks, seeks } = self.core.abort();
-        for (slot, offset) in seeks {
-            self.seek(slot, offset.map_or(Offset::Beginning, Offset::Offset))?;
-        }
+        let Rewind { tasks, slots } = self.core.abort();
         self.restore_tasks(&tasks)?;
+        for slot in slots {
+            self.seek(slot, self.core.committed_offset(slot).map_or(Offset::Beginning, Offset::Offset))?;
+        }
         info!("rewound to the last commit with a new producer");
         Ok(())
     }

@@ -36,6 +36,8 @@ struct Member<S: Service> {
     pending: Vec<Out<S>>,
     delivered: Vec<Out<S>>,
     markers: Vec<Marker>,
+    /// What restores found committed with the state that the member did not know.
+    corrections: Vec<core::Correction>,
 }
 
 impl<S: Service> Member<S> {
@@ -45,6 +47,7 @@ impl<S: Service> Member<S> {
             pending: Vec::new(),
             delivered: Vec::new(),
             markers: Vec::new(),
+            corrections: Vec::new(),
         }
     }
 
@@ -63,7 +66,7 @@ impl<S: Service> Member<S> {
                     self.core.restore_entry(task, entry, Some(value)).unwrap();
                 }
             }
-            self.core.finish_restore(task);
+            self.corrections.extend(self.core.finish_restore(task));
         }
     }
 
@@ -111,13 +114,27 @@ impl<S: Service> Member<S> {
         batch.repartition_markers
     }
 
+    /// A commit that completed on the broker while the member was told it failed (a
+    /// commit that timed out, say): its outputs are out, the member does not know.
+    fn commit_unbeknownst(&mut self, broker: &mut Broker) {
+        let batch = self.core.prepare_commit();
+        for w in batch.changelog {
+            match w.value {
+                Some(v) => broker.changelog.insert((w.partition, w.key), v),
+                None => broker.changelog.remove(&(w.partition, w.key)),
+            };
+        }
+        broker.offsets.extend(batch.offsets);
+        self.delivered.append(&mut self.pending);
+    }
+
     /// The transaction is aborted: what was produced is never seen; the tasks come
     /// back from the changelog; the positions to read from again.
     fn abort(&mut self, broker: &Broker) -> Vec<(Slot, Option<i64>)> {
         self.pending.clear();
         let rewind = self.core.abort();
         self.restore(broker, &rewind.tasks);
-        rewind.seeks
+        rewind.slots.into_iter().map(|slot| (slot, self.core.committed_offset(slot))).collect()
     }
 }
 
@@ -260,6 +277,77 @@ fn an_abort_after_commits_goes_back_to_the_last_one() {
     }
     finish(&mut [&mut m], &mut broker);
     assert_eq!(sorted(&m.delivered), expected);
+}
+
+/// Feeds the input from where the member's core says each partition was committed.
+fn feed_from_committed(m: &mut Member<JoinEnrichService>, input: &[(Slot, i64, JoinInput, Millis)]) {
+    for (slot, offset, r, ts) in input.iter().cloned() {
+        if offset >= m.core.committed_offset(slot).unwrap_or(0) {
+            m.feed(slot, offset, record(r, ts));
+        }
+    }
+}
+
+#[test]
+fn a_commit_reported_failed_that_completed_is_not_redone() {
+    let expected = join_uninterrupted();
+    let input = join_input();
+    let mut broker = Broker::default();
+    let mut m = Member::new(JoinEnrichService);
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
+    let (third, two_thirds) = (input.len() / 3, 2 * input.len() / 3);
+    for (slot, offset, r, ts) in input[..third].iter().cloned() {
+        m.feed(slot, offset, record(r, ts));
+    }
+    commit_all(&mut [&mut m], &mut broker);
+    for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
+        m.feed(slot, offset, record(r, ts));
+    }
+    m.commit_unbeknownst(&mut broker);
+    let seeks = m.abort(&broker);
+    // The state restored is the completed commit's: so are the offsets to read from.
+    for (slot, offset) in &seeks {
+        assert_eq!(*offset, broker.offsets.get(slot).copied(), "{slot:?}");
+    }
+    assert!(!m.corrections.is_empty());
+    feed_from_committed(&mut m, &input);
+    finish(&mut [&mut m], &mut broker);
+    assert_eq!(sorted(&m.delivered), expected);
+}
+
+#[test]
+fn group_offsets_left_behind_the_state_are_read_from_the_states() {
+    let expected = join_uninterrupted();
+    let input = join_input();
+    let mut broker = Broker::default();
+    let mut m = Member::new(JoinEnrichService);
+    m.assign(&broker, &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
+    let (third, two_thirds) = (input.len() / 3, 2 * input.len() / 3);
+    for (slot, offset, r, ts) in input[..third].iter().cloned() {
+        m.feed(slot, offset, record(r, ts));
+    }
+    commit_all(&mut [&mut m], &mut broker);
+    let stale = broker.offsets.clone();
+    for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
+        m.feed(slot, offset, record(r, ts));
+    }
+    commit_all(&mut [&mut m], &mut broker);
+    // An earlier transaction's offset commit lands after the last one (no KIP-890),
+    // then the member restarts: its state is at two thirds, the group's offsets at one.
+    let state_at = std::mem::replace(&mut broker.offsets, stale);
+    let mut next = Member::new(JoinEnrichService);
+    next.delivered = std::mem::take(&mut m.delivered);
+    next.assign(&broker, &all_slots(JOIN_INPUTS));
+    let corrected: BTreeMap<Slot, i64> = next.corrections.iter().map(|c| (c.slot, c.changelog)).collect();
+    let moved: BTreeMap<Slot, i64> =
+        state_at.iter().filter(|(s, o)| broker.offsets.get(s) != Some(o)).map(|(s, o)| (*s, *o)).collect();
+    assert!(!moved.is_empty());
+    assert_eq!(corrected, moved);
+    feed_from_committed(&mut next, &input);
+    finish(&mut [&mut next], &mut broker);
+    assert_eq!(sorted(&next.delivered), expected);
 }
 
 #[test]
