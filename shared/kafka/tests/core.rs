@@ -100,32 +100,30 @@ impl<S: Service> Member<S> {
 
     /// Commits, and returns the markers it wrote to the repartition topics.
     fn commit(&mut self, broker: &mut Broker) -> Vec<Marker> {
-        let batch = self.core.prepare_commit();
-        for w in batch.changelog {
-            match w.value {
-                Some(v) => broker.changelog.insert((w.partition, w.key), v),
-                None => broker.changelog.remove(&(w.partition, w.key)),
-            };
-        }
-        broker.offsets.extend(batch.offsets);
+        let batch = self.write_transaction(broker);
         self.markers.extend(batch.markers);
         self.core.committed();
-        self.delivered.append(&mut self.pending);
         batch.repartition_markers
     }
 
     /// A commit that completed on the broker while the member was told it failed (a
     /// commit that timed out, say): its outputs are out, the member does not know.
     fn commit_unbeknownst(&mut self, broker: &mut Broker) {
-        let batch = self.core.prepare_commit();
-        for w in batch.changelog {
+        self.write_transaction(broker);
+    }
+
+    /// What a committed transaction leaves on the broker and delivers.
+    fn write_transaction(&mut self, broker: &mut Broker) -> core::CommitBatch {
+        let mut batch = self.core.prepare_commit();
+        for w in batch.changelog.drain(..) {
             match w.value {
                 Some(v) => broker.changelog.insert((w.partition, w.key), v),
                 None => broker.changelog.remove(&(w.partition, w.key)),
             };
         }
-        broker.offsets.extend(batch.offsets);
+        broker.offsets.extend(batch.offsets.iter().copied());
         self.delivered.append(&mut self.pending);
+        batch
     }
 
     /// The transaction is aborted: what was produced is never seen; the tasks come
@@ -251,9 +249,17 @@ fn an_abort_before_the_first_commit_replays_against_fresh_clocks() {
     assert_eq!(sorted(&m.delivered), expected);
 }
 
-#[test]
-fn an_abort_after_commits_goes_back_to_the_last_one() {
-    let expected = join_uninterrupted();
+/// The join's input, and one member that committed its first third and then read
+/// the second, uncommitted.
+struct TwoThirdsRead {
+    input: Vec<(Slot, i64, JoinInput, Millis)>,
+    broker: Broker,
+    m: Member<JoinEnrichService>,
+    /// The offsets committed at one third.
+    at_a_third: BTreeMap<Slot, i64>,
+}
+
+fn two_thirds_read() -> TwoThirdsRead {
     let input = join_input();
     let mut broker = Broker::default();
     let mut m = Member::new(JoinEnrichService);
@@ -267,16 +273,8 @@ fn an_abort_after_commits_goes_back_to_the_last_one() {
     for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
         m.feed(slot, offset, record(r, ts));
     }
-    let seeks = m.abort(&broker);
-    // Read again from where each partition was committed.
-    let from: BTreeMap<Slot, i64> = seeks.into_iter().map(|(s, o)| (s, o.unwrap_or(0))).collect();
-    for (slot, offset, r, ts) in input {
-        if offset >= from.get(&slot).copied().unwrap_or(0) {
-            m.feed(slot, offset, record(r, ts));
-        }
-    }
-    finish(&mut [&mut m], &mut broker);
-    assert_eq!(sorted(&m.delivered), expected);
+    let at_a_third = broker.offsets.clone();
+    TwoThirdsRead { input, broker, m, at_a_third }
 }
 
 /// Feeds the input from where the member's core says each partition was committed.
@@ -289,21 +287,21 @@ fn feed_from_committed(m: &mut Member<JoinEnrichService>, input: &[(Slot, i64, J
 }
 
 #[test]
+fn an_abort_after_commits_goes_back_to_the_last_one() {
+    let TwoThirdsRead { input, mut broker, mut m, at_a_third } = two_thirds_read();
+    let seeks = m.abort(&broker);
+    // Read again from where each partition was committed.
+    for (slot, offset) in &seeks {
+        assert_eq!(*offset, at_a_third.get(slot).copied(), "{slot:?}");
+    }
+    feed_from_committed(&mut m, &input);
+    finish(&mut [&mut m], &mut broker);
+    assert_eq!(sorted(&m.delivered), join_uninterrupted());
+}
+
+#[test]
 fn a_commit_reported_failed_that_completed_is_not_redone() {
-    let expected = join_uninterrupted();
-    let input = join_input();
-    let mut broker = Broker::default();
-    let mut m = Member::new(JoinEnrichService);
-    m.assign(&broker, &all_slots(JOIN_INPUTS));
-    m.hear_idle_writers();
-    let (third, two_thirds) = (input.len() / 3, 2 * input.len() / 3);
-    for (slot, offset, r, ts) in input[..third].iter().cloned() {
-        m.feed(slot, offset, record(r, ts));
-    }
-    commit_all(&mut [&mut m], &mut broker);
-    for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
-        m.feed(slot, offset, record(r, ts));
-    }
+    let TwoThirdsRead { input, mut broker, mut m, .. } = two_thirds_read();
     m.commit_unbeknownst(&mut broker);
     let seeks = m.abort(&broker);
     // The state restored is the completed commit's: so are the offsets to read from.
@@ -313,30 +311,16 @@ fn a_commit_reported_failed_that_completed_is_not_redone() {
     assert!(!m.corrections.is_empty());
     feed_from_committed(&mut m, &input);
     finish(&mut [&mut m], &mut broker);
-    assert_eq!(sorted(&m.delivered), expected);
+    assert_eq!(sorted(&m.delivered), join_uninterrupted());
 }
 
 #[test]
 fn group_offsets_left_behind_the_state_are_read_from_the_states() {
-    let expected = join_uninterrupted();
-    let input = join_input();
-    let mut broker = Broker::default();
-    let mut m = Member::new(JoinEnrichService);
-    m.assign(&broker, &all_slots(JOIN_INPUTS));
-    m.hear_idle_writers();
-    let (third, two_thirds) = (input.len() / 3, 2 * input.len() / 3);
-    for (slot, offset, r, ts) in input[..third].iter().cloned() {
-        m.feed(slot, offset, record(r, ts));
-    }
-    commit_all(&mut [&mut m], &mut broker);
-    let stale = broker.offsets.clone();
-    for (slot, offset, r, ts) in input[third..two_thirds].iter().cloned() {
-        m.feed(slot, offset, record(r, ts));
-    }
+    let TwoThirdsRead { input, mut broker, mut m, at_a_third } = two_thirds_read();
     commit_all(&mut [&mut m], &mut broker);
     // An earlier transaction's offset commit lands after the last one (no KIP-890),
     // then the member restarts: its state is at two thirds, the group's offsets at one.
-    let state_at = std::mem::replace(&mut broker.offsets, stale);
+    let state_at = std::mem::replace(&mut broker.offsets, at_a_third);
     let mut next = Member::new(JoinEnrichService);
     next.delivered = std::mem::take(&mut m.delivered);
     next.assign(&broker, &all_slots(JOIN_INPUTS));
@@ -347,7 +331,7 @@ fn group_offsets_left_behind_the_state_are_read_from_the_states() {
     assert_eq!(corrected, moved);
     feed_from_committed(&mut next, &input);
     finish(&mut [&mut next], &mut broker);
-    assert_eq!(sorted(&next.delivered), expected);
+    assert_eq!(sorted(&next.delivered), join_uninterrupted());
 }
 
 #[test]
