@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -69,6 +69,7 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
+    wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
     for p in pending.clone() {
@@ -116,4 +117,51 @@ pub fn read_tasks(
         }
     }
     Ok(restored)
+}
+
+/// Waits until no transaction is open on the changelog partitions: until the end
+/// that read_committed sees (the last stable offset) reaches the end of what was
+/// written (the high watermark) as it was at the start. A transaction that committed
+/// just before (its commit markers not yet written, as right after a rebalance or a
+/// member's restart) would otherwise be left out, and the state come back older than
+/// the offsets committed with it. Nobody writes these partitions during a restore, so
+/// that end stays put; a transaction left open by a writer that is gone is ended by
+/// the broker within its timeout.
+fn wait_for_open_transactions(
+    bootstrap_servers: &str,
+    reader: &BaseConsumer<QuietEof>,
+    changelog: &str,
+    partitions: &BTreeSet<i32>,
+) -> Result<()> {
+    let written: BaseConsumer = connection::client_config(bootstrap_servers)
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .context("cannot create the changelog reader")?;
+    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, i64>> {
+        partitions
+            .iter()
+            .map(|&p| {
+                let (_, high) =
+                    client_end(p).with_context(|| format!("cannot read the offsets of `{changelog}` [{p}]"))?;
+                Ok((p, high))
+            })
+            .collect()
+    };
+    let high = ends(&|p| written.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
+    let started = Instant::now();
+    loop {
+        let stable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
+        let open: Vec<i32> = partitions.iter().copied().filter(|p| stable[p] < high[p]).collect();
+        if open.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > STALL_LIMIT {
+            bail!(
+                "transactions on `{changelog}` partitions {open:?} stayed open for {STALL_LIMIT:?}: their writer is \
+                 gone and the broker has not ended them (its transaction timeout); `kafka-transactions.sh \
+                 find-hanging` names them"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
