@@ -84,6 +84,7 @@ recover() {
     sleep 1
   done
   log "no recovery within 300 s"
+  ! declare -F stall_report >/dev/null || stall_report "$since" >&2
   echo 300
 }
 

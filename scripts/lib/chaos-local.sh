@@ -18,10 +18,16 @@ chaos_up() {
   sleep 5
 }
 
+# KEEP_STACK=1 leaves the broker and registry running, for a post-mortem of their
+# topics (`VIGIL_STACK_STATE=.cache/chaos-local/stack scripts/local-stack.sh stop` ends them).
 chaos_down() {
   kill -CONT "$(stack_pid kafka 2>/dev/null)" "$(stack_pid registry 2>/dev/null)" 2>/dev/null || true
   svc_stop_all
-  scripts/local-stack.sh stop >/dev/null 2>&1 || true
+  if [[ "${KEEP_STACK:-}" == 1 ]]; then
+    log "the stack keeps running (KEEP_STACK=1): its env is $VIGIL_STACK_STATE/env"
+  else
+    scripts/local-stack.sh stop >/dev/null 2>&1 || true
+  fi
 }
 
 # shellcheck disable=SC2034  # HIT is read by chaos.sh
@@ -73,6 +79,16 @@ committed_since() {
   shift
   for key in "$@"; do
     (($(svc_metric "$key" vigil_last_commit_timestamp_seconds) >= since)) || return 1
+  done
+}
+
+# Why recovery is late: each instance's /healthz answer and its last commit.
+stall_report() {
+  local key
+  for key in "${!PIDS[@]}"; do
+    printf 'chaos:   %s: last commit %s s after the fault; /healthz: %s\n' "$key" \
+      "$(($(svc_metric "$key" vigil_last_commit_timestamp_seconds) - $1))" \
+      "$(curl -s --max-time 5 "127.0.0.1:${PORTS[$key]}/healthz" 2>/dev/null | tr '\n' ' ' || echo 'no answer')"
   done
 }
 

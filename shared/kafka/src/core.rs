@@ -17,7 +17,7 @@ use vigil_model::{Config, Millis};
 use vigil_stream::changelog::{decode_value, Scalar, StateError, StateWrite, Stateful};
 use vigil_stream::partition::partition_for;
 use vigil_stream::source_clock::{Idleness, Progress, SourceClock};
-use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::watermark::{END_OF_TIME, NO_WATERMARK};
 use vigil_stream::Operator;
 
 use crate::markers::{Marker, UpstreamWatermarks, Writer};
@@ -653,22 +653,35 @@ impl<S: Service> TaskCore<S> {
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         for id in ids {
             // Idle inputs are left out; a task whose inputs are all idle is idle itself.
-            let active: Vec<Millis> = self
-                .slots_of(id)
-                .into_iter()
-                .filter_map(|(i, p)| match (&self.clocks[i], &self.upstream[i]) {
-                    (Some(clock), _) => clock.partition_watermark(p as usize),
-                    (_, Some(u)) => u.watermark(p as usize),
-                    _ => Some(NO_WATERMARK),
-                })
-                .collect();
+            let (mut active, mut quiet) = (Vec::new(), Vec::new());
+            for (i, p) in self.slots_of(id) {
+                let p = p as usize;
+                match (&self.clocks[i], &self.upstream[i]) {
+                    (Some(clock), _) => {
+                        active.extend(clock.partition_watermark(p));
+                        quiet.extend(clock.idle_watermark(p));
+                    }
+                    (_, Some(u)) => {
+                        active.extend(u.watermark(p));
+                        quiet.extend(u.idle_watermark(p));
+                    }
+                    _ => active.push(NO_WATERMARK),
+                }
+            }
             let task = self.tasks.get_mut(&id).expect("a listed task");
             let idle = active.is_empty();
             if idle != task.idle {
                 task.idle = idle;
                 self.dirty = true;
             }
-            let watermark = active.into_iter().min().unwrap_or(task.input_watermark);
+            let mut watermark = active.into_iter().min().unwrap_or(task.input_watermark);
+            // Idleness lets a task go on without a quiet input, but not to the end of
+            // input: an input that went quiet before its end still has records to come
+            // (held up in its producer by a broker outage, say), and they would all be
+            // late. Once everything else has ended, the quiet inputs hold it again.
+            if watermark == END_OF_TIME {
+                watermark = quiet.into_iter().min().unwrap_or(watermark);
+            }
             if watermark > task.input_watermark {
                 task.input_watermark = watermark;
                 task.operator.on_watermark(watermark, &mut self.scratch);

@@ -17,7 +17,7 @@
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use serde::{Deserialize, Serialize};
 use vigil_model::Millis;
-use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::watermark::{END_OF_TIME, NO_WATERMARK};
 
 const WATERMARK: &str = "vigil-watermark";
 const TASK: &str = "vigil-task";
@@ -101,6 +101,16 @@ impl UpstreamWatermarks {
         self.partitions[partition].iter().filter(|w| !w.idle).map(|w| w.watermark).min()
     }
 
+    /// The lowest watermark of the partition's idle writers that have spoken and not
+    /// ended: where they would hold it if they were not idle.
+    pub fn idle_watermark(&self, partition: usize) -> Option<Millis> {
+        self.partitions[partition]
+            .iter()
+            .filter(|w| w.idle && w.watermark != NO_WATERMARK && w.watermark != END_OF_TIME)
+            .map(|w| w.watermark)
+            .min()
+    }
+
     /// One partition's state, for a task's snapshot.
     pub fn partition(&self, partition: usize) -> Vec<Writer> {
         self.partitions[partition].clone()
@@ -163,6 +173,19 @@ mod tests {
         assert_eq!(restored.watermark(0), None);
         restored.update(0, 2, 6_500, false);
         assert_eq!(restored.watermark(0), Some(6_500));
+    }
+
+    #[test]
+    fn idle_writers_that_have_spoken_and_not_ended_say_where_they_would_hold() {
+        let mut u = UpstreamWatermarks::new(1, 4);
+        u.update(0, 0, END_OF_TIME, false);
+        u.update(0, 1, 5_000, true);
+        u.update(0, 2, END_OF_TIME, true);
+        u.update(0, 3, NO_WATERMARK, true);
+        assert_eq!(u.watermark(0), Some(END_OF_TIME));
+        assert_eq!(u.idle_watermark(0), Some(5_000), "not the ended one, nor the one never heard from");
+        u.update(0, 1, END_OF_TIME, true);
+        assert_eq!(u.idle_watermark(0), None);
     }
 
     #[test]

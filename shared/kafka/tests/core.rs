@@ -493,6 +493,27 @@ fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
 }
 
 #[test]
+fn a_writer_gone_quiet_before_its_end_holds_its_readers_back_from_the_end_of_input() {
+    let mut analytics = Member::new(DeviceAnalyticsService);
+    analytics.assign(&Broker::default(), &all_slots(1));
+    let e = Arc::new(DeviceEvent { site_id: "site-b".into(), ..Traffic::new(1, 1_700_000_000_000, 0).device(0) });
+    let slot = (0, partition_for(b"site-b", PARTITIONS) as i32);
+    let marker = |task, watermark, idle| Incoming::Marker(Marker { task: Some(task), watermark, idle });
+    // Writer 3 goes quiet (its input held up), the others reach the end of input.
+    analytics.feed(slot, 0, marker(3, e.event_ts - 1_000, true));
+    for task in 0..3 {
+        analytics.feed(slot, 1 + task as i64, marker(task, Millis::MAX, false));
+    }
+    assert!(analytics.pending.is_empty(), "nothing fires past the quiet writer: {:?}", analytics.pending);
+    // Its records come after all: on time.
+    analytics.feed(slot, 4, record(e.clone(), e.event_ts));
+    analytics.feed(slot, 5, marker(3, Millis::MAX, false));
+    assert!(!analytics.pending.is_empty());
+    let late: Vec<_> = analytics.pending.iter().filter(|o| matches!(o, DeviceOutput::Late(_))).collect();
+    assert!(late.is_empty(), "{late:?}");
+}
+
+#[test]
 fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
     let mut m = Member::new(JoinEnrichService);
     m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));

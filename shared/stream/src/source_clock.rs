@@ -122,6 +122,14 @@ impl SourceClock {
         (!self.is_idle(p)).then(|| own_watermark(p))
     }
 
+    /// The watermark an idle partition had when it went quiet, if it has had records
+    /// and has not ended: where it would hold its readers if it were not idle.
+    pub fn idle_watermark(&self, partition: usize) -> Option<Millis> {
+        let p = &self.partitions[partition];
+        let w = own_watermark(p);
+        (self.is_idle(p) && w != NO_WATERMARK && w != END_OF_TIME).then_some(w)
+    }
+
     fn is_idle(&self, p: &Partition) -> bool {
         if p.progress.finished {
             return false;
