@@ -37,12 +37,9 @@ export VIGIL_STACK_STATE="$PWD/.cache/bench-stack"
 SERVICES=(join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor)
 PIDS=()
 
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  scripts/local-stack.sh stop >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/stack.sh
+. scripts/lib/stack.sh
+trap stack_down_with_pids EXIT
 
 # A new broker and registry with Vigil's topics; the six services too unless told
 # "bare".

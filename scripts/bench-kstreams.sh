@@ -37,12 +37,9 @@ PEER_DIR=scripts/kstreams-peer
 PEER_CP="$PEER_DIR/target/kstreams-peer.jar:$PEER_DIR/target/lib/*"
 PIDS=()
 
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  scripts/local-stack.sh stop >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/stack.sh
+. scripts/lib/stack.sh
+trap stack_down_with_pids EXIT
 
 die() { echo "bench-kstreams: ERROR: $*" >&2; exit 1; }
 now_ms() { date +%s%3N; }
