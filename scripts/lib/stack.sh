@@ -1,7 +1,6 @@
 # shellcheck shell=bash
-# Sourced by the scripts that run on a local stack of their own (bench-state.sh,
-# bench-kafka.sh, bench-kstreams.sh,
-# chaos.sh, fuzz.sh).
+# Sourced by the scripts that run on a local stack of their own (bench-kafka.sh,
+# bench-kstreams.sh, bench-state.sh, chaos.sh, fuzz.sh).
 
 # Starts the local stack kept under $VIGIL_STACK_STATE and exports its env
 # (VIGIL_BOOTSTRAP_SERVERS, VIGIL_SCHEMA_REGISTRY_URL).

@@ -471,12 +471,17 @@ fn with_every_source_idle_a_task_says_so_downstream() {
     assert!(router.markers.iter().all(|m| m.idle), "{:?}", router.markers);
 }
 
-#[test]
-fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
+/// A device-analytics member, a device event of site-b, and its partition.
+fn analytics_with_a_site_b_event() -> (Member<DeviceAnalyticsService>, Arc<DeviceEvent>, Slot) {
     let mut analytics = Member::new(DeviceAnalyticsService);
     analytics.assign(&Broker::default(), &all_slots(1));
     let e = Arc::new(DeviceEvent { site_id: "site-b".into(), ..Traffic::new(1, 1_700_000_000_000, 0).device(0) });
-    let slot = (0, partition_for(b"site-b", PARTITIONS) as i32);
+    (analytics, e, (0, partition_for(b"site-b", PARTITIONS) as i32))
+}
+
+#[test]
+fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
+    let (mut analytics, e, slot) = analytics_with_a_site_b_event();
     analytics.feed(slot, 0, record(e.clone(), e.event_ts));
     let later = e.event_ts + 60_000;
     // Three of the four writers speak: the window waits for the fourth.
@@ -494,10 +499,7 @@ fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
 
 #[test]
 fn a_writer_gone_quiet_before_its_end_holds_its_readers_back_from_the_end_of_input() {
-    let mut analytics = Member::new(DeviceAnalyticsService);
-    analytics.assign(&Broker::default(), &all_slots(1));
-    let e = Arc::new(DeviceEvent { site_id: "site-b".into(), ..Traffic::new(1, 1_700_000_000_000, 0).device(0) });
-    let slot = (0, partition_for(b"site-b", PARTITIONS) as i32);
+    let (mut analytics, e, slot) = analytics_with_a_site_b_event();
     let marker = |task, watermark, idle| Incoming::Marker(Marker { task: Some(task), watermark, idle });
     // Writer 3 goes quiet (its input held up), the others reach the end of input.
     analytics.feed(slot, 0, marker(3, e.event_ts - 1_000, true));
