@@ -23,7 +23,8 @@
 #    until its tasks are restored and reading, and what the restore read. (A health
 #    monitor runs first, so the broker's own first-transaction set-up is not counted.)
 #
-# Env: PARTS (default "throughput latency raw startup") runs only those parts; BIN (default
+# Env: PARTS (default "throughput latency raw startup") runs only those parts; KEYS (default
+# "join none") the keyings of the throughput part; BIN (default
 # target/release) takes the Vigil binaries from another build, to compare two builds
 # side by side (only the latency probe is built then).
 set -euo pipefail
@@ -32,6 +33,7 @@ SCALE="${1:-1000}"
 RATE="${2:-2000}"
 SECONDS_LATENCY="${3:-30}"
 PARTS="${PARTS:-throughput latency raw startup}"
+KEYS="${KEYS:-join none}"
 BIN="${BIN:-target/release}"
 export VIGIL_STACK_STATE="$PWD/.cache/bench-stack"
 SERVICES=(join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor)
@@ -101,6 +103,10 @@ throughput() {
       grep -E '^vigil_(transaction_commits_total|transaction_aborts_total|rerouted_records_total)' | tr '\n' ' '
     echo
   done
+  local i
+  for i in "${!SERVICES[@]}"; do
+    printf '%s peak RSS %s\n' "${SERVICES[i]}" "$(awk '/^VmHWM/ {print $2, $3}' "/proc/${PIDS[i]}/status")"
+  done
 }
 # p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics, as
 # the upper bounds of the buckets they fall in.
@@ -129,8 +135,7 @@ hops() {
 }
 
 if [[ " $PARTS " == *" throughput "* ]]; then
-  throughput join
-  throughput none
+  for keys in $KEYS; do throughput "$keys"; done
 fi
 
 if [[ " $PARTS " == *" latency "* ]]; then
