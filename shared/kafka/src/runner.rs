@@ -23,6 +23,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Serialize, Serializer};
 use tracing::{info, warn};
@@ -529,9 +530,24 @@ impl<S: Service> Runner<S> {
                  `vigil-admin reset`"
             );
             self.metrics.offset_corrections.inc();
-            self.seek(slot, Offset::Offset(changelog))?;
+            self.seek_assigned(slot, Offset::Offset(changelog))?;
         }
         Ok(())
+    }
+
+    /// Seeks a partition just assigned: librdkafka refuses (`Erroneous state`) until
+    /// its fetcher has started, which follows the assignment shortly.
+    fn seek_assigned(&self, (i, p): Slot, to: Offset) -> Result<()> {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        let not_started = RDKafkaErrorCode::State.to_string();
+        loop {
+            match self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT) {
+                Err(KafkaError::Seek(e)) if e == not_started && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                result => return result.with_context(|| format!("cannot seek {} [{p}]", self.topics[i].0)),
+            }
+        }
     }
 
     fn begin(&mut self) -> Result<()> {
