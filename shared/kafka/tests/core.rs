@@ -521,19 +521,21 @@ fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
     m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
     let (orders, payments) = ((0, 1), (1, 1));
     let t0 = 1_700_000_000_000;
-    let order = |i: i64| order_at(t0 + i * 1000, i);
-    let payment = |i: i64| payment_at(t0 + i * 1000, i);
+    // A step of event time: the allowed skew is 60 of them.
+    let step = Config::default().runtime.max_partition_skew_ms as i64 / 60;
+    let order = |i: i64| order_at(t0 + i * step, i);
+    let payment = |i: i64| payment_at(t0 + i * step, i);
     // Nothing comes through the repartition topics (every writer says it is idle);
-    // orders stay at t0 while payments run two minutes ahead.
+    // orders stay at t0 while payments run 120 steps ahead.
     m.hear_idle_writers();
     m.feed(orders, 0, order(0));
     for i in 0..120 {
         m.feed(payments, i, payment(i));
     }
     let flow = m.core.flow();
-    assert_eq!(flow.pause, vec![payments], "payments run 117 s ahead of the task");
+    assert_eq!(flow.pause, vec![payments], "payments run about twice the skew ahead of the task");
     assert!(m.core.flow().pause.is_empty(), "paused once, not again");
-    // Orders catch up to 70 s behind payments: still paused (hysteresis).
+    // Orders catch up to 70 steps behind payments: still paused (hysteresis).
     m.feed(orders, 1, order(50));
     assert_eq!(m.core.flow(), core::Flow::default());
     m.feed(orders, 2, order(100));

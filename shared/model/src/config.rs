@@ -120,7 +120,9 @@ pub struct RuntimeConfig {
     pub idle_wall_clock_ms: u64,
     /// Kafka services: an input partition whose watermark runs this far (event time)
     /// ahead of its task's is paused until it is back within half of it, so a task
-    /// whose inputs arrive unevenly does not buffer everything in between.
+    /// whose inputs arrive unevenly does not buffer everything in between. On a
+    /// replay a task's watermark moves once per commit round trip (its repartition
+    /// markers become readable then), so this also bounds replay speed.
     pub max_partition_skew_ms: u64,
 }
 
@@ -177,7 +179,7 @@ impl Default for RuntimeConfig {
             partitions: 4,
             idle_timeout_ms: 10_000,
             idle_wall_clock_ms: 10_000,
-            max_partition_skew_ms: 60_000,
+            max_partition_skew_ms: 600_000,
         }
     }
 }
