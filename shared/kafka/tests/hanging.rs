@@ -28,6 +28,8 @@ use vigil_kafka::topics::ENRICHED_PAYMENTS;
 use vigil_pipeline::ingest::{Line, MergedInput};
 
 const VERIFICATION: &str = "transaction.partition.verification.enable";
+/// Kafka's error code for a transactional id whose transaction is still ending.
+const CONCURRENT_TRANSACTIONS: i16 = 51;
 
 /// A Kafka request of the classic (non-flexible) encoding, written field by field.
 #[derive(Default)]
@@ -118,7 +120,16 @@ fn a_hanging_offset_commit_of_its_own_producer_does_not_stop_a_stage() {
     let transactional_id = "vigil-payment-anomalies-0";
     let mut init = Request::new(22, 1);
     init.string(transactional_id).i32(60_000);
-    let answer = init.send(&stack.bootstrap);
+    // The member may be committing: the coordinator answers CONCURRENT_TRANSACTIONS
+    // (51) until that transaction has ended.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let answer = init.send(&stack.bootstrap);
+        if i16_at(&answer, 4) != CONCURRENT_TRANSACTIONS || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(i16_at(&answer, 4), 0, "InitProducerId error code");
     let producer_id = i64::from_be_bytes(answer[6..14].try_into().unwrap());
     let epoch = i16_at(&answer, 14);
