@@ -39,20 +39,6 @@ impl ClientContext for QuietEof {
 
 impl ConsumerContext for QuietEof {}
 
-/// A transaction still open on changelog partitions after [`OPEN_TRANSACTION_WAIT`]:
-/// nothing was read.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "a transaction on `{changelog}` partitions {partitions:?} is still open after {OPEN_TRANSACTION_WAIT:?}; \
-     restoring before it ends could bring back older state than the offsets committed with it. If this repeats \
-     for minutes, `kafka-transactions.sh find-hanging` names a transaction left open for good, and \
-     `kafka-transactions.sh abort` ends it"
-)]
-pub struct OpenTransaction {
-    pub changelog: String,
-    pub partitions: Vec<i32>,
-}
-
 /// What a restore read.
 #[derive(Debug, Default, Clone)]
 pub struct Restored {
@@ -173,7 +159,11 @@ fn wait_for_open_transactions(
             return Ok(());
         }
         if started.elapsed() > OPEN_TRANSACTION_WAIT {
-            return Err(OpenTransaction { changelog: changelog.to_string(), partitions: open }.into());
+            bail!(
+                "a transaction on `{changelog}` partitions {open:?} is still open after {OPEN_TRANSACTION_WAIT:?}; \
+                 restoring before it ends could bring back older state than the offsets committed with it. If this \
+                 repeats for minutes, `kafka-transactions.sh find-hanging` names a transaction left open for good"
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -39,7 +39,6 @@ use crate::metrics::{now_ms, MemberMetrics};
 use crate::observe::Beat;
 use crate::produce::{self, Kafka};
 use crate::restore;
-use crate::restore::OpenTransaction;
 use crate::service::{InputKind, Parallelism, Service};
 pub use crate::settings::{Common, Settings};
 use crate::silence::{Silence, STUCK_SPELLS};
@@ -461,46 +460,20 @@ impl<S: Service> Runner<S> {
         Ok(offsets)
     }
 
-    /// One offset commit in a transaction, aborted at once (see
-    /// [`Runner::abort_at_once`]) on the group's partition of __consumer_offsets.
+    /// One offset commit in a transaction, aborted at once: nothing is committed, and
+    /// the abort marker reaches the group's partition of __consumer_offsets.
     fn abort_an_offset_commit(&mut self, tpl: &TopicPartitionList) -> Result<()> {
+        if self.in_transaction {
+            self.abort_transaction()?;
+        }
         let mut any = TopicPartitionList::new();
         for e in tpl.elements() {
             // Never applied (aborted), but librdkafka leaves out offsets below zero.
             any.add_partition_offset(e.topic(), e.partition(), Offset::Offset(0))?;
         }
         let group = self.consumer.group_metadata().context("the consumer has no group metadata")?;
-        self.abort_at_once(|r| r.producer.send_offsets_to_transaction(&any, &group, IO_TIMEOUT).map_err(|e| r.fatal(e)))
-    }
-
-    /// One empty record to each of the changelog's `partitions` in a transaction,
-    /// aborted at once (see [`Runner::abort_at_once`]). The broker refuses the record
-    /// itself while an older transaction of the producer id is open there, but the
-    /// partition is in the transaction by then, and gets its abort marker: waiting
-    /// for the send to end makes sure of that (an abort purges what is queued). The
-    /// producer is then replaced, as its sequence numbers are off after the refusal.
-    fn abort_a_write(&mut self, partitions: &[i32]) -> Result<()> {
-        let changelog = self.changelog.clone();
-        self.abort_at_once(|r| {
-            partitions.iter().try_for_each(|&p| r.send(BaseRecord::<[u8], [u8]>::to(&changelog).partition(p)))?;
-            r.producer.flush(IO_TIMEOUT).map_err(|e| r.fatal(e))
-        })?;
-        self.replace_producer()?;
-        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))
-    }
-
-    /// A transaction holding what `write` adds, aborted at once: nothing is committed,
-    /// and the abort marker of this member's producer id ends every transaction of it
-    /// still open on the partitions written, a "hanging" one included (a request of
-    /// an older epoch that reached the broker after its transaction had ended, which
-    /// librdkafka cannot prevent without KIP-890; seen in the chaos suite after broker
-    /// restarts, on __consumer_offsets and on changelogs).
-    fn abort_at_once(&mut self, write: impl FnOnce(&Self) -> Result<()>) -> Result<()> {
-        if self.in_transaction {
-            self.abort_transaction()?;
-        }
         self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
-        write(self)?;
+        self.producer.send_offsets_to_transaction(&any, &group, IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         self.producer.abort_transaction(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         Ok(())
     }
@@ -514,15 +487,16 @@ impl<S: Service> Runner<S> {
         for &task in tasks {
             self.core.begin_restore(task);
         }
-        let restored = match self.read_changelog(tasks) {
-            Err(e) if e.downcast_ref::<OpenTransaction>().is_some() => {
-                let open = e.downcast::<OpenTransaction>().expect("checked").partitions;
-                warn!(partitions = ?open, "a transaction on the changelog stays open; ending any this member's producer left open there");
-                self.abort_a_write(&open)?;
-                self.read_changelog(tasks)?
-            }
-            other => other?,
-        };
+        let core = &mut self.core;
+        let partitions = core.partitions();
+        let restored = restore::read_tasks(
+            &self.settings.bootstrap_servers,
+            &self.settings.group_id,
+            &self.changelog,
+            partitions,
+            tasks,
+            |task, key, value| Ok(core.restore_entry(task, key, value)?),
+        )?;
         let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
         let took = started.elapsed();
         self.metrics.restored_records.inc_by(restored.records);
@@ -539,20 +513,6 @@ impl<S: Service> Runner<S> {
         );
         self.publish_tasks();
         self.read_where_committed(&corrections)
-    }
-
-    /// The tasks' entries, from their changelog partitions into the core.
-    fn read_changelog(&mut self, tasks: &[i32]) -> Result<restore::Restored> {
-        let core = &mut self.core;
-        let partitions = core.partitions();
-        restore::read_tasks(
-            &self.settings.bootstrap_servers,
-            &self.settings.group_id,
-            &self.changelog,
-            partitions,
-            tasks,
-            |task, key, value| Ok(core.restore_entry(task, key, value)?),
-        )
     }
 
     /// Reads each corrected partition from where its task's state was committed.
