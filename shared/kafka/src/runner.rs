@@ -260,7 +260,7 @@ impl<S: Service> Runner<S> {
             self.commit()?;
         }
         if self.in_transaction {
-            let _ = self.producer.abort_transaction(IO_TIMEOUT);
+            let _ = self.fence_open_transaction();
         }
         self.consumer.unsubscribe();
         info!(service = self.name(), "stopped cleanly");
@@ -293,11 +293,12 @@ impl<S: Service> Runner<S> {
 
     /// Drops everything uncommitted and waits for the lead again, with a new producer
     /// (the old one may have been fenced).
+    /// The open transaction is left to the next leader, whose new epoch aborts it (or
+    /// to the coordinator's timeout): aborting it with this producer's own epoch
+    /// could leave it hanging (see `fence_open_transaction`), and fencing it from here
+    /// would fence that leader.
     fn stand_by(&mut self) -> Result<()> {
-        if self.in_transaction {
-            let _ = self.producer.abort_transaction(IO_TIMEOUT);
-            self.in_transaction = false;
-        }
+        self.in_transaction = false;
         let _ = self.consumer.unassign();
         self.core.revoke_all();
         self.silence.clear();
@@ -374,7 +375,7 @@ impl<S: Service> Runner<S> {
             // Eager rebalancing takes every partition away; their next owner redoes
             // the work since the last commit, so nothing is rewound here.
             if self.in_transaction {
-                self.abort_transaction()?;
+                self.fence_open_transaction()?;
                 info!("partitions revoked; the work since the last commit is redone by their next owner");
             }
             self.core.revoke_all();
@@ -464,7 +465,7 @@ impl<S: Service> Runner<S> {
     /// the abort marker reaches the group's partition of __consumer_offsets.
     fn abort_an_offset_commit(&mut self, tpl: &TopicPartitionList) -> Result<()> {
         if self.in_transaction {
-            self.abort_transaction()?;
+            self.fence_open_transaction()?;
         }
         let mut any = TopicPartitionList::new();
         for e in tpl.elements() {
@@ -530,14 +531,14 @@ impl<S: Service> Runner<S> {
                  `vigil-admin reset`"
             );
             self.metrics.offset_corrections.inc();
-            self.seek_assigned(slot, Offset::Offset(changelog))?;
+            self.seek(slot, Offset::Offset(changelog))?;
         }
         Ok(())
     }
 
-    /// Seeks a partition just assigned: librdkafka refuses (`Erroneous state`) until
-    /// its fetcher has started, which follows the assignment shortly.
-    fn seek_assigned(&self, (i, p): Slot, to: Offset) -> Result<()> {
+    /// Seeks a partition; one just assigned, librdkafka refuses (`Erroneous state`)
+    /// until its fetcher has started, which follows the assignment shortly.
+    fn seek(&self, (i, p): Slot, to: Offset) -> Result<()> {
         let deadline = Instant::now() + IO_TIMEOUT;
         let not_started = RDKafkaErrorCode::State.to_string();
         loop {
@@ -631,10 +632,6 @@ impl<S: Service> Runner<S> {
         tpl.add_partition(&self.topics[slot.0].0, slot.1);
         self.consumer.pause(&tpl).context("cannot pause partitions")?;
         self.seek(slot, Offset::Offset(from))
-    }
-
-    fn seek(&self, (i, p): Slot, to: Offset) -> Result<()> {
-        self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT).context("cannot seek")
     }
 
     /// A source or repartition partition silent for `idle_wall_clock_ms` stops
@@ -859,10 +856,7 @@ impl<S: Service> Runner<S> {
     /// commit or abort it still has in flight could complete a later transaction. A
     /// new one (a new epoch) fences whatever the old one left.
     fn abort(&mut self) -> Result<()> {
-        self.in_transaction = false;
-        self.metrics.aborts.inc();
-        self.replace_producer()?;
-        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        self.fence_open_transaction()?;
         let Rewind { tasks, slots } = self.core.abort();
         self.restore_tasks(&tasks)?;
         for slot in slots {
@@ -882,13 +876,20 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    fn abort_transaction(&mut self) -> Result<()> {
-        if self.in_transaction {
-            self.producer.abort_transaction(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
-            self.in_transaction = false;
-        }
+    /// Ends the open transaction by fencing it: a new producer with the same
+    /// transactional id takes a new epoch, and the coordinator aborts what the old
+    /// one left open under that epoch. An abort by the producer itself keeps its
+    /// epoch, and without KIP-890 a write of that transaction still on its way (held
+    /// up by a stalled broker, say) then opens a transaction on its partition that
+    /// the coordinator does not know: one that hangs, holding the partition's
+    /// read_committed readers for good, or that this producer's next commit
+    /// completes, writing its records twice. Under the new epoch the broker refuses
+    /// such a write, and one that came before the abort marker ends with it.
+    fn fence_open_transaction(&mut self) -> Result<()> {
+        self.in_transaction = false;
         self.metrics.aborts.inc();
-        Ok(())
+        self.replace_producer()?;
+        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))
     }
 
     /// A fenced or otherwise fatal producer cannot go on: another member with the
