@@ -71,17 +71,10 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
-    wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
+    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
-    for p in pending.clone() {
-        let (low, high) = reader
-            .fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT)
-            .with_context(|| format!("cannot read the offsets of `{changelog}` [{p}]"))?;
-        if low >= high {
-            pending.remove(&p);
-        }
-    }
+    pending.retain(|p| readable[p].0 < readable[p].1);
     let mut tpl = TopicPartitionList::new();
     for &p in &pending {
         tpl.add_partition_offset(changelog, p, Offset::Beginning)?;
@@ -129,34 +122,34 @@ pub fn read_tasks(
 /// offsets committed with it. Its markers take milliseconds; a transaction still open
 /// after [`OPEN_TRANSACTION_WAIT`] is one that will not end soon (a writer gone, left
 /// for the broker's transaction timeout, or a hanging one), and the restore goes on
-/// with what is committed before it, as read_committed gives it.
+/// with what is committed before it, as read_committed gives it. Returns what the
+/// reader can read of each partition: its first offset and its last stable one.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
     changelog: &str,
     partitions: &BTreeSet<i32>,
-) -> Result<()> {
-    let written: BaseConsumer = connection::client_config(bootstrap_servers)
+) -> Result<BTreeMap<i32, (i64, i64)>> {
+    let uncommitted: BaseConsumer = connection::client_config(bootstrap_servers)
         .set("isolation.level", "read_uncommitted")
         .create()
         .context("cannot create the changelog reader")?;
-    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, i64>> {
+    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, (i64, i64)>> {
         partitions
             .iter()
             .map(|&p| {
-                let (_, high) =
-                    client_end(p).with_context(|| format!("cannot read the offsets of `{changelog}` [{p}]"))?;
-                Ok((p, high))
+                let ends = client_end(p).with_context(|| format!("cannot read the offsets of `{changelog}` [{p}]"))?;
+                Ok((p, ends))
             })
             .collect()
     };
-    let high = ends(&|p| written.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
+    let written = ends(&|p| uncommitted.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
     let started = Instant::now();
     loop {
-        let stable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
-        let open: Vec<i32> = partitions.iter().copied().filter(|p| stable[p] < high[p]).collect();
+        let readable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
+        let open: Vec<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
         if open.is_empty() {
-            return Ok(());
+            return Ok(readable);
         }
         if started.elapsed() > OPEN_TRANSACTION_WAIT {
             warn!(
@@ -164,7 +157,7 @@ fn wait_for_open_transactions(
                 partitions = ?open,
                 "a transaction on the changelog is still open; restoring what is committed before it"
             );
-            return Ok(());
+            return Ok(readable);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
