@@ -15,12 +15,12 @@
 use crate::connection;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -46,6 +46,8 @@ use crate::status::{Commit, Ledger, Role, SharedStatus};
 use crate::topics::{self, Topic, DEAD_LETTERS};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much longer than its own timeout `send_offsets_to_transaction` may take.
+const SEND_OFFSETS_MARGIN: Duration = Duration::from_secs(5);
 /// How long to wait for the broker to say where a silent partition ends.
 const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Failed commits in a row after which a member starts over with new clients.
@@ -93,8 +95,8 @@ pub struct Observers {
     pub beat: Beat,
 }
 
-fn transactional_producer(settings: &Settings) -> Result<Kafka> {
-    connection::client_config(&settings.bootstrap_servers)
+fn transactional_producer(settings: &Settings) -> Result<Arc<Kafka>> {
+    let producer = connection::client_config(&settings.bootstrap_servers)
         .set("transactional.id", &settings.transactional_id)
         .set("enable.idempotence", "true")
         // Same partition for the same key as Kafka's Java clients and the embedded runtime.
@@ -104,7 +106,8 @@ fn transactional_producer(settings: &Settings) -> Result<Kafka> {
         .set("compression.type", "lz4")
         .set("message.max.bytes", "34000000")
         .create()
-        .context("cannot create the Kafka producer")
+        .context("cannot create the Kafka producer")?;
+    Ok(Arc::new(producer))
 }
 
 pub struct Runner<S: Service> {
@@ -114,7 +117,8 @@ pub struct Runner<S: Service> {
     status: SharedStatus,
     beat: Beat,
     consumer: BaseConsumer<GroupContext>,
-    producer: Kafka,
+    /// Shared with the thread that sends a commit's offsets (see `send_offsets`).
+    producer: Arc<Kafka>,
     rebalances: SharedLog,
     core: TaskCore<S>,
     /// The input topics' names and record types by index, the topics that carry this
@@ -781,10 +785,7 @@ impl<S: Service> Runner<S> {
             offsets.add_partition_offset(&self.topics[i].0, p, Offset::Offset(next))?;
         }
         let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
-        let result = self
-            .producer
-            .send_offsets_to_transaction(&offsets, &group, IO_TIMEOUT)
-            .and_then(|()| self.producer.commit_transaction(IO_TIMEOUT));
+        let result = self.send_offsets(offsets, group).and_then(|()| self.producer.commit_transaction(IO_TIMEOUT));
         self.in_transaction = false;
         match result {
             Ok(()) => {
@@ -826,6 +827,29 @@ impl<S: Service> Runner<S> {
                 self.abort()
             }
         }
+    }
+
+    /// `send_offsets_to_transaction`, bounded. librdkafka can wait past the timeout
+    /// it is given, for good, while the group coordinator it has cached does not come
+    /// back (confluentinc/librdkafka#5456 and #5511; seen in the chaos suite after a
+    /// broker restart: a member's loop blocked here for five minutes, until
+    /// `max.poll.interval.ms` expelled its consumer). The call runs on a thread of its
+    /// own; if it has not returned in time the commit fails, and the abort that
+    /// follows gives up this producer for a new one (the thread keeps the old one
+    /// until librdkafka lets go of it).
+    fn send_offsets(&self, offsets: TopicPartitionList, group: ConsumerGroupMetadata) -> KafkaResult<()> {
+        let (done, outcome) = mpsc::channel();
+        let producer = Arc::clone(&self.producer);
+        std::thread::spawn(move || {
+            let _ = done.send(producer.send_offsets_to_transaction(&offsets, &group, IO_TIMEOUT));
+        });
+        outcome.recv_timeout(IO_TIMEOUT + SEND_OFFSETS_MARGIN).unwrap_or_else(|_| {
+            warn!(
+                waited = ?(IO_TIMEOUT + SEND_OFFSETS_MARGIN),
+                "sending the commit's offsets to the transaction has not returned; giving up this producer"
+            );
+            Err(KafkaError::Global(RDKafkaErrorCode::OperationTimedOut))
+        })
     }
 
     /// The markers and changelog records of a commit.
