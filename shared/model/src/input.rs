@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::flat_json;
 use crate::time::Millis;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,10 +108,13 @@ pub struct InvalidRecord(pub String);
 /// Parses and validates one NDJSON line of `source`.
 pub fn parse_line(source: Source, line: &str) -> Result<InputRecord, InvalidRecord> {
     let bad = |e: serde_json::Error| InvalidRecord(format!("not a valid {} record: {e}", source.name()));
-    let record = match source {
-        Source::Orders => InputRecord::Order(serde_json::from_str(line).map_err(bad)?),
-        Source::Payments => InputRecord::Payment(serde_json::from_str(line).map_err(bad)?),
-        Source::Devices => InputRecord::Device(serde_json::from_str(line).map_err(bad)?),
+    let record = match flat_json::record(source, line) {
+        Some(record) => record,
+        None => match source {
+            Source::Orders => InputRecord::Order(serde_json::from_str(line).map_err(bad)?),
+            Source::Payments => InputRecord::Payment(serde_json::from_str(line).map_err(bad)?),
+            Source::Devices => InputRecord::Device(serde_json::from_str(line).map_err(bad)?),
+        },
     };
     record.validate()?;
     Ok(record)

@@ -4,6 +4,7 @@
 //! Everything here is plain data: no I/O beyond reading a configuration file.
 
 pub mod config;
+mod flat_json;
 pub mod input;
 pub mod output;
 pub mod time;
