@@ -14,11 +14,25 @@ declare -A PIDS PORTS
 svc_start() {
   local name="$1" instance="${2:-0}" key port
   key=$([[ "$instance" == 0 ]] && echo "$name" || echo "$name/$instance")
-  port=$((30000 + RANDOM % 20000))
+  svc_port
   VIGIL_INSTANCE="$instance" VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info,rdkafka=warn \
     target/release/vigil-"$name" >>"$LOGS/$name-$instance.log" 2>&1 &
   PIDS[$key]=$!
   PORTS[$key]=$port
+}
+
+# Sets `port` to one for an instance's /metrics: below the kernel's ephemeral range
+# (outgoing connections take their local ports from it), not listened on, and not
+# handed to another instance here, which may not have bound it yet (seen in a chaos
+# run: an extra instance exiting with "Address already in use" on a port picked at
+# random from the ephemeral range).
+svc_port() {
+  while :; do
+    port=$((20000 + RANDOM % 12000))
+    [[ " ${PORTS[*]} " == *" $port "* ]] && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+    return 0
+  done
 }
 
 # A metric of a running instance, summed over its series whose labels contain $3
