@@ -264,6 +264,7 @@ impl<S: Service> Runner<S> {
             self.commit()?;
         }
         if self.in_transaction {
+            self.metrics.aborts.inc();
             let _ = self.fence_open_transaction();
         }
         self.consumer.unsubscribe();
@@ -377,9 +378,18 @@ impl<S: Service> Runner<S> {
         };
         if revoked {
             // Eager rebalancing takes every partition away; their next owner redoes
-            // the work since the last commit, so nothing is rewound here.
-            if self.in_transaction {
-                self.fence_open_transaction()?;
+            // the work since the last commit, so nothing is rewound here. A new
+            // producer is taken even with no transaction open: its
+            // `init_transactions` returns only once the last commit's markers are
+            // written, and until then that commit's offsets and changelog records
+            // cannot be read (a commit returns once the coordinator has logged it).
+            // Read too soon, the tasks would come back one commit old (seen in the
+            // chaos suite after a broker restart: a restore gave up waiting on that
+            // commit, and records were judged again against mixed state).
+            let open = self.in_transaction;
+            self.fence_open_transaction()?;
+            if open {
+                self.metrics.aborts.inc();
                 info!("partitions revoked; the work since the last commit is redone by their next owner");
             }
             self.core.revoke_all();
@@ -469,6 +479,7 @@ impl<S: Service> Runner<S> {
     /// the abort marker reaches the group's partition of __consumer_offsets.
     fn abort_an_offset_commit(&mut self, tpl: &TopicPartitionList) -> Result<()> {
         if self.in_transaction {
+            self.metrics.aborts.inc();
             self.fence_open_transaction()?;
         }
         let mut any = TopicPartitionList::new();
@@ -880,6 +891,7 @@ impl<S: Service> Runner<S> {
     /// commit or abort it still has in flight could complete a later transaction. A
     /// new one (a new epoch) fences whatever the old one left.
     fn abort(&mut self) -> Result<()> {
+        self.metrics.aborts.inc();
         self.fence_open_transaction()?;
         let Rewind { tasks, slots } = self.core.abort();
         self.restore_tasks(&tasks)?;
@@ -908,10 +920,11 @@ impl<S: Service> Runner<S> {
     /// the coordinator does not know: one that hangs, holding the partition's
     /// read_committed readers for good, or that this producer's next commit
     /// completes, writing its records twice. Under the new epoch the broker refuses
-    /// such a write, and one that came before the abort marker ends with it.
+    /// such a write, and one that came before the abort marker ends with it. That
+    /// `init_transactions` also returns only once every earlier transaction of this
+    /// id has ended, its markers written.
     fn fence_open_transaction(&mut self) -> Result<()> {
         self.in_transaction = false;
-        self.metrics.aborts.inc();
         self.replace_producer()?;
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))
     }
