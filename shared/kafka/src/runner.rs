@@ -298,6 +298,7 @@ impl<S: Service> Runner<S> {
 
     /// Drops everything uncommitted and waits for the lead again, with a new producer
     /// (the old one may have been fenced).
+    ///
     /// The open transaction is left to the next leader, whose new epoch aborts it (or
     /// to the coordinator's timeout): aborting it with this producer's own epoch
     /// could leave it hanging (see `fence_open_transaction`), and fencing it from here
