@@ -55,15 +55,7 @@ trap finish EXIT
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 log "docker compose up -d --scale taskmanager=$TASKMANAGERS"
 up_at_ms=$(date +%s%3N)
-# Podman on a busy machine can fail to start a container ("write child: broken
-# pipe" from its container monitor, seen once); `up` is idempotent, so it is tried
-# once more, the start-up clock restarted, before the test gives up.
-if ! compose up -d --scale "taskmanager=$TASKMANAGERS"; then
-  log "docker compose up failed; trying once more"
-  sleep 5
-  up_at_ms=$(date +%s%3N)
-  compose up -d --scale "taskmanager=$TASKMANAGERS"
-fi
+compose up -d --scale "taskmanager=$TASKMANAGERS"
 
 export VIGIL_CLUSTER_JOBMANAGER=http://127.0.0.1:8081
 export VIGIL_CLUSTER_PROMETHEUS=http://127.0.0.1:9090
