@@ -176,12 +176,24 @@ running() {
   [[ -n "$pid" ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
 }
 
+# Whether the daemon in $RUN_DIR/$1.pid runs in a folder deleted since it started. A
+# Podman service there cannot start containers any more (conmon: "Failed to get
+# working directory", and `docker compose up` says "write child: broken pipe"): seen
+# after the clone it had been started from was removed. The daemons now start in /.
+cwd_gone() {
+  [[ "$(readlink "/proc/$(cat "$RUN_DIR/$1.pid")/cwd" 2>/dev/null)" == *" (deleted)" ]]
+}
+
 start_service() {
-  if running podman-service "system service" && [[ -S "$SOCK" ]]; then return 0; fi
+  if running podman-service "system service" && [[ -S "$SOCK" ]]; then
+    cwd_gone podman-service || return 0
+    log "the Podman service runs in a deleted folder; starting it again"
+    stop_one podman-service "system service"
+  fi
   mkdir -p "$RUN_DIR" "${SOCK%/*}"
   rm -f "$SOCK"
   # --time=0: never exit on idle. setsid: not tied to this shell's session.
-  setsid podman system service --time=0 "unix://$SOCK" >"$RUN_DIR/podman-service.log" 2>&1 </dev/null &
+  (cd / && exec setsid podman system service --time=0 "unix://$SOCK") >"$RUN_DIR/podman-service.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/podman-service.pid"
   local i
   for i in $(seq 100); do
@@ -223,9 +235,14 @@ healthcheck_loop() {
 }
 
 start_healthchecks() {
-  running healthcheck "_healthcheck-loop" && return 0
+  if running healthcheck "_healthcheck-loop"; then
+    cwd_gone healthcheck || return 0
+    stop_one healthcheck "_healthcheck-loop"
+  fi
   mkdir -p "$RUN_DIR"
-  setsid "${BASH_SOURCE[0]}" _healthcheck-loop >"$RUN_DIR/healthcheck.log" 2>&1 </dev/null &
+  local self
+  self="$(realpath "${BASH_SOURCE[0]}")"
+  (cd / && exec setsid "$self" _healthcheck-loop) >"$RUN_DIR/healthcheck.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/healthcheck.pid"
   log "healthcheck driver started (pid $(cat "$RUN_DIR/healthcheck.pid"))"
 }
