@@ -655,7 +655,8 @@ impl<S: Service> Runner<S> {
     /// can be on its way: it is not paused (a paused partition behind a backlog is
     /// slow, not idle), the consumer has drained what it fetched, and the broker says
     /// now that the partition ends where it has been read to (see `unread`). A
-    /// broker that is restarting or stalled does not answer, and the partitions wait.
+    /// broker that is restarting or stalled does not answer, and the partitions wait;
+    /// once it answers again, their spells start over (see `Silence::answered`).
     /// A partition silent and unpaused with records waiting for `STUCK_SPELLS`
     /// spells in a row has a stuck consumer: the member fails, and its supervisor
     /// starts it again with new clients.
@@ -668,14 +669,21 @@ impl<S: Service> Runner<S> {
                 self.silence.not_behind(slot);
                 continue;
             }
-            match self.unread(slot) {
-                Some(Unread { waiting: 0, .. }) => {
+            let Some(unread) = self.unread(slot) else {
+                self.silence.outage();
+                break;
+            };
+            if !self.silence.answered(Instant::now()) {
+                break;
+            }
+            match unread {
+                Unread { waiting: 0, .. } => {
                     self.silence.not_behind(slot);
                     if self.core.mark_idle(slot) {
                         info!(topic = %self.topics[slot.0].0, partition = slot.1, "partition idle: read to its end and silent; the watermark goes on without it");
                     }
                 }
-                Some(unread) if self.silence.behind(slot) => bail!(
+                unread if self.silence.behind(slot) => bail!(
                     "the consumer delivered nothing of {} [{}] for {:?} while {} committed records wait after \
                      offset {}: its fetch is stuck; starting over with new clients",
                     self.topics[slot.0].0,
@@ -684,8 +692,7 @@ impl<S: Service> Runner<S> {
                     unread.waiting,
                     unread.read,
                 ),
-                Some(_) => {}
-                None => break,
+                _ => {}
             }
         }
         Ok(())
@@ -799,9 +806,13 @@ impl<S: Service> Runner<S> {
         let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
         let result = self.send_offsets(offsets, group).and_then(|()| self.producer.commit_transaction(IO_TIMEOUT));
         self.in_transaction = false;
+        let took = started.elapsed();
+        // A commit held up as long as an unanswered end-offset query is an outage too.
+        if result.is_err() || took >= END_OFFSET_TIMEOUT {
+            self.silence.outage();
+        }
         match result {
             Ok(()) => {
-                let took = started.elapsed();
                 self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();

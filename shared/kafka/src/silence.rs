@@ -6,6 +6,13 @@
 //! broker stall fenced a static member and its restart left one partition's fetch
 //! dead until the next broker restart. The member then starts over with new clients
 //! instead of holding the watermark for good.
+//!
+//! Silence while the broker cannot be reached says nothing about a partition: its
+//! producers are waiting on the broker too, and hold their records until it is back.
+//! Judged the moment it answers again, a partition whose producer has not yet
+//! delivered would be idle, and the watermark could run ahead of the records it holds
+//! (seen after a broker stalled for 20 s: on-time device events came late). So once
+//! the broker has failed to answer, every spell starts over when it answers again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,6 +26,8 @@ pub const STUCK_SPELLS: u32 = 3;
 pub struct Silence {
     after: Duration,
     slots: HashMap<Slot, Spell>,
+    /// The broker failed to answer, and has not answered since.
+    outage: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +39,7 @@ struct Spell {
 
 impl Silence {
     pub fn new(after: Duration) -> Self {
-        Silence { after, slots: HashMap::new() }
+        Silence { after, slots: HashMap::new(), outage: false }
     }
 
     pub fn after(&self) -> Duration {
@@ -76,6 +85,23 @@ impl Silence {
         })
     }
 
+    /// The broker did not answer (about a partition, or a commit).
+    pub fn outage(&mut self) {
+        self.outage = true;
+    }
+
+    /// The broker answered about a partition at `now`. The first answer after an
+    /// outage judges nothing: every spell starts over from it, and this says false.
+    pub fn answered(&mut self, now: Instant) -> bool {
+        if !std::mem::take(&mut self.outage) {
+            return true;
+        }
+        for spell in self.slots.values_mut() {
+            *spell = Spell { since: now, behind: 0 };
+        }
+        false
+    }
+
     /// A spell of `slot` ended with nothing waiting (or the partition paused): it
     /// is not behind.
     pub fn not_behind(&mut self, slot: Slot) {
@@ -105,6 +131,26 @@ mod tests {
         assert_eq!(silence.ended_spells(t0 + Duration::from_secs(24)), [(0, 1)]);
         assert!(silence.ended_spells(t0 + Duration::from_secs(28)).is_empty());
         assert_eq!(silence.ended_spells(t0 + Duration::from_secs(29)), [(0, 0)]);
+    }
+
+    #[test]
+    fn after_an_outage_every_spell_starts_over_when_the_broker_answers() {
+        let t0 = Instant::now();
+        let mut silence = Silence::new(SPELL);
+        silence.watch((0, 0), t0);
+        silence.watch((0, 1), t0);
+        assert!(silence.answered(t0 + SPELL));
+        assert!(!silence.behind((0, 1)));
+        assert!(!silence.behind((0, 1)));
+        silence.outage();
+        silence.outage();
+        let back = t0 + Duration::from_secs(25);
+        assert!(!silence.answered(back));
+        assert!(silence.answered(back));
+        assert!(silence.ended_spells(back + SPELL - Duration::from_millis(1)).is_empty());
+        assert_eq!(silence.ended_spells(back + SPELL), [(0, 0), (0, 1)]);
+        // The count of spells behind starts over too (a third in a row is stuck).
+        assert!(!silence.behind((0, 1)));
     }
 
     #[test]
