@@ -296,6 +296,12 @@ impl<S: Service> TaskCore<S> {
         self.positions.get(&slot).copied().max(looked)
     }
 
+    /// The offset of the next record of an input partition to count: every record
+    /// before it has been counted (processed since the last commit, or committed).
+    pub fn next_to_count(&self, slot: Slot) -> Option<i64> {
+        self.positions.get(&slot).copied()
+    }
+
     /// Every input partition, as (input index, partition), of the whole stage.
     pub fn all_slots(&self) -> Vec<Slot> {
         (0..self.inputs.len()).flat_map(|i| (0..self.partitions).map(move |p| (i, p))).collect()

@@ -13,7 +13,7 @@
 //! `election`), and a fenced leader steps back to standby.
 
 use crate::connection;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -129,6 +129,9 @@ pub struct Runner<S: Service> {
     /// How long each assigned source partition has been silent, for idleness and
     /// for a consumer stuck on one.
     silence: Silence,
+    /// Partitions delivering records counted already: warned about once, until the
+    /// next record to count comes.
+    redelivered: HashSet<Slot>,
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
     in_transaction: bool,
@@ -185,6 +188,7 @@ impl<S: Service> Runner<S> {
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
             silence: Silence::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
+            redelivered: HashSet::new(),
             cadence: Cadence::new(settings.commit_interval),
             settings,
             codec,
@@ -308,6 +312,7 @@ impl<S: Service> Runner<S> {
         let _ = self.consumer.unassign();
         self.core.revoke_all();
         self.silence.clear();
+        self.redelivered.clear();
         self.publish_tasks();
         self.replace_producer()?;
         self.set_role(Role::Standby);
@@ -395,6 +400,7 @@ impl<S: Service> Runner<S> {
             }
             self.core.revoke_all();
             self.silence.clear();
+            self.redelivered.clear();
             self.publish_tasks();
         }
         if !assigned.is_empty() {
@@ -433,7 +439,19 @@ impl<S: Service> Runner<S> {
             }
         }
         let tasks = self.core.assign(&slots, &committed);
-        self.restore_tasks(&tasks)
+        self.restore_tasks(&tasks)?;
+        self.read_from_next_to_count(&slots)
+    }
+
+    /// Each partition read from its next record to count, as the tasks' state and
+    /// the committed offsets say, whatever the consumer's own fetch position (its own
+    /// read of the group's offsets at an assignment, or how far it had fetched before
+    /// a rewind). A partition never committed is read from its beginning.
+    fn read_from_next_to_count(&self, slots: &[Slot]) -> Result<()> {
+        for &slot in slots {
+            self.seek(slot, self.core.next_to_count(slot).map_or(Offset::Beginning, Offset::Offset))?;
+        }
+        Ok(())
     }
 
     /// Where the group committed for the assigned partitions. read_committed asks for
@@ -495,10 +513,12 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    /// Each task back to what its changelog holds.
-    fn restore_tasks(&mut self, tasks: &[i32]) -> Result<()> {
+    /// Each task back to what its changelog holds. Returns the input partitions
+    /// whose offset the state corrected (see `report_corrections`): the caller reads
+    /// them from there.
+    fn restore_tasks(&mut self, tasks: &[i32]) -> Result<Vec<Slot>> {
         if tasks.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let started = Instant::now();
         for &task in tasks {
@@ -529,11 +549,13 @@ impl<S: Service> Runner<S> {
             "tasks ready"
         );
         self.publish_tasks();
-        self.read_where_committed(&corrections)
+        self.report_corrections(&corrections);
+        Ok(corrections.iter().map(|c| c.slot).collect())
     }
 
-    /// Reads each corrected partition from where its task's state was committed.
-    fn read_where_committed(&self, corrections: &[Correction]) -> Result<()> {
+    /// Says which partitions will be read from where their task's state was
+    /// committed, rather than from the offset believed committed.
+    fn report_corrections(&self, corrections: &[Correction]) {
         for &Correction { slot, believed, changelog } in corrections {
             let (topic, partition) = (&self.topics[slot.0].0, slot.1);
             warn!(
@@ -547,9 +569,7 @@ impl<S: Service> Runner<S> {
                  `vigil-admin reset`"
             );
             self.metrics.offset_corrections.inc();
-            self.seek(slot, Offset::Offset(changelog))?;
         }
-        Ok(())
     }
 
     /// Seeks a partition; one just assigned, librdkafka refuses (`Erroneous state`)
@@ -582,14 +602,27 @@ impl<S: Service> Runner<S> {
         let Some(slot) = self.slot_of(message.topic(), p) else { return Ok(()) };
         if self.rebalances.lock().expect("rebalance log").pending() {
             // The rebalance came inside the poll that returned this record: settle the
-            // tasks first (restoring new ones), then read the record again from there.
-            self.handle_rebalance()?;
-            let task = self.core.service().parallelism().task_of(p);
-            if self.core.tasks().any(|t| t == task) {
-                self.seek(slot, Offset::Offset(offset))?;
+            // tasks first (restoring new ones, and reading their partitions from where
+            // they say); the record comes again if it is still this member's to count.
+            return self.handle_rebalance();
+        }
+        if let Some(next) = self.core.next_to_count(slot).filter(|&next| offset < next) {
+            // Counted already: delivered again, from a fetch position that disagreed
+            // with the tasks' (after a rebalance or a rewind). Counting it again
+            // would double it.
+            self.metrics.redelivered.inc();
+            if self.redelivered.insert(slot) {
+                warn!(
+                    topic = message.topic(),
+                    partition = p,
+                    offset,
+                    next,
+                    "a record counted already was delivered again; skipping what comes before the next to count"
+                );
             }
             return Ok(());
         }
+        self.redelivered.remove(&slot);
         self.silence.heard(slot, Instant::now());
         self.begin()?;
         let payload = message.payload().unwrap_or_default();
@@ -905,11 +938,11 @@ impl<S: Service> Runner<S> {
     fn abort(&mut self) -> Result<()> {
         self.metrics.aborts.inc();
         self.fence_open_transaction()?;
-        let Rewind { tasks, slots } = self.core.abort();
-        self.restore_tasks(&tasks)?;
-        for slot in slots {
-            self.seek(slot, self.core.committed_offset(slot).map_or(Offset::Beginning, Offset::Offset))?;
-        }
+        let Rewind { tasks, mut slots } = self.core.abort();
+        slots.extend(self.restore_tasks(&tasks)?);
+        slots.sort_unstable();
+        slots.dedup();
+        self.read_from_next_to_count(&slots)?;
         info!("rewound to the last commit with a new producer");
         Ok(())
     }

@@ -314,6 +314,25 @@ fn a_commit_reported_failed_that_completed_is_not_redone() {
     assert_eq!(sorted(&m.delivered), join_uninterrupted());
 }
 
+/// A consumer whose fetch position disagrees with the tasks' (its own read of the
+/// group's offsets at an assignment, say) delivers records again that were counted
+/// already: the shell skips every record before the next offset the core counts.
+#[test]
+fn records_delivered_again_are_told_by_the_next_offset_to_count() {
+    let TwoThirdsRead { input, mut broker, mut m, .. } = two_thirds_read();
+    for (slot, offset, ..) in &input[..2 * input.len() / 3] {
+        assert!(m.core.next_to_count(*slot) > Some(*offset), "{slot:?} {offset}");
+    }
+    // Everything delivered again from the first offsets, the rest with it.
+    for (slot, offset, r, ts) in input.iter().cloned() {
+        if m.core.next_to_count(slot).is_none_or(|next| offset >= next) {
+            m.feed(slot, offset, record(r, ts));
+        }
+    }
+    finish(&mut [&mut m], &mut broker);
+    assert_eq!(sorted(&m.delivered), join_uninterrupted());
+}
+
 #[test]
 fn group_offsets_left_behind_the_state_are_read_from_the_states() {
     let TwoThirdsRead { input, mut broker, mut m, at_a_third } = two_thirds_read();
