@@ -41,7 +41,7 @@ impl OutputWriter {
             return Ok(());
         }
         self.line.clear();
-        output.write_json(&mut self.line)?;
+        output.write_json(&mut self.line);
         self.line.push(b'\n');
         if let Some(w) = &mut self.stdout {
             w.write_all(kind.tag().as_bytes())?;

@@ -3,6 +3,7 @@
 //! runtime's lines.
 
 use apache_avro::types::Value;
+use vigil_model::py_json;
 
 use crate::topics::Topic;
 
@@ -14,49 +15,48 @@ pub fn tag(topic: Topic) -> String {
 
 /// One record as a tagged line, e.g. `HEALTH_ALERT> {"record_type": "health_alert", …}`.
 pub fn tagged_line(topic: Topic, value: &Value) -> String {
-    let mut out = format!("{}> ", tag(topic));
+    let mut out = format!("{}> ", tag(topic)).into_bytes();
     write_json(&mut out, value, true);
-    out
+    String::from_utf8(out).expect("py_json writes ASCII")
 }
 
-/// JSON with `json.dumps`' separators, fields in schema order; a `revision` of 1 is
-/// left out, as the embedded runner prints it.
-fn write_json(out: &mut String, value: &Value, top: bool) {
-    let quoted = |s: &str| serde_json::to_string(s).expect("a string serializes");
+/// JSON as the embedded runner prints it (`json.dumps`' form, see
+/// `vigil_model::py_json`), fields in schema order; a `revision` of 1 is left out.
+fn write_json(out: &mut Vec<u8>, value: &Value, top: bool) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Int(i) => out.push_str(&i.to_string()),
-        Value::Long(l) => out.push_str(&l.to_string()),
-        Value::Float(f) => out.push_str(&serde_json::to_string(f).unwrap_or_else(|_| "null".into())),
-        Value::Double(d) => out.push_str(&serde_json::to_string(d).unwrap_or_else(|_| "null".into())),
-        Value::String(s) | Value::Enum(_, s) => out.push_str(&quoted(s)),
-        Value::Bytes(b) => out.push_str(&quoted(&String::from_utf8_lossy(b))),
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
+        Value::Long(l) => out.extend_from_slice(l.to_string().as_bytes()),
+        Value::Float(f) => py_json::write_f64(out, f64::from(*f)),
+        Value::Double(d) => py_json::write_f64(out, *d),
+        Value::String(s) | Value::Enum(_, s) => py_json::write_str(out, s),
+        Value::Bytes(b) => py_json::write_str(out, &String::from_utf8_lossy(b)),
         Value::Union(_, inner) => write_json(out, inner, top),
         Value::Record(fields) => {
-            out.push('{');
+            out.push(b'{');
             let shown = fields.iter().filter(|(name, v)| !(top && name == "revision" && matches!(v, Value::Int(1))));
             for (i, (name, v)) in shown.enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.extend_from_slice(b", ");
                 }
-                out.push_str(&quoted(name));
-                out.push_str(": ");
+                py_json::write_str(out, name);
+                out.extend_from_slice(b": ");
                 write_json(out, v, false);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.extend_from_slice(b", ");
                 }
                 write_json(out, v, false);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&quoted(&format!("{other:?}"))),
+        other => py_json::write_str(out, &format!("{other:?}")),
     }
 }
 
@@ -74,13 +74,15 @@ mod tests {
                 ("reason".into(), Value::String("late_event_spike".into())),
                 ("late_events".into(), Value::Long(1)),
                 ("ratio".into(), Value::Double(0.8)),
+                ("site_id".into(), Value::String("Çå-1".into())),
+                ("tiny".into(), Value::Double(1e-5)),
                 ("missing".into(), Value::Union(0, Box::new(Value::Null))),
                 ("revision".into(), Value::Int(1)),
             ])),
         );
         assert_eq!(
             tagged_line(HEALTH_ALERTS, &alert),
-            r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "late_event_spike", "late_events": 1, "ratio": 0.8, "missing": null}"#
+            r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "late_event_spike", "late_events": 1, "ratio": 0.8, "site_id": "\u00c7\u00e5-1", "tiny": 1e-05, "missing": null}"#
         );
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::input::{DeviceEvent, EventType};
+use crate::py_json;
 use crate::time::{iso_utc, Millis};
 
 /// A closed set of names that serializes as a plain string: the seed's JSON has them as
@@ -483,55 +484,31 @@ impl Output {
         }
     }
 
-    /// The record as one JSON object, in the seed's field order and with the
-    /// separators of Python's `json.dumps` (`", "`, `": "`), as the seed prints.
-    pub fn write_json<W: std::io::Write>(&self, w: W) -> serde_json::Result<()> {
-        let mut ser = serde_json::Serializer::with_formatter(w, PythonSeparators);
+    /// The record as one JSON object, in the seed's field order and as the seed's
+    /// job prints it with Python's `json.dumps` (see [`crate::py_json`]).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let w = py_json::Writer { out };
         match self {
-            Output::Enriched(r) => r.serialize(&mut ser),
-            Output::Metrics(r) => r.serialize(&mut ser),
-            Output::DeviceMetrics(r) => r.serialize(&mut ser),
-            Output::Anomaly(r) => r.serialize(&mut ser),
-            Output::DeviceAnomaly(r) => r.serialize(&mut ser),
-            Output::Late(r) => r.serialize(&mut ser),
-            Output::Health(r) => r.serialize(&mut ser),
-            Output::DeadLetter(r) => r.serialize(&mut ser),
+            Output::Enriched(r) => r.serialize(w),
+            Output::Metrics(r) => r.serialize(w),
+            Output::DeviceMetrics(r) => r.serialize(w),
+            Output::Anomaly(r) => r.serialize(w),
+            Output::DeviceAnomaly(r) => r.serialize(w),
+            Output::Late(r) => r.serialize(w),
+            Output::Health(r) => r.serialize(w),
+            Output::DeadLetter(r) => r.serialize(w),
         }
+        .expect("output records are flat structs of numbers, strings and options")
     }
 
     pub fn to_json(&self) -> String {
         let mut buf = Vec::with_capacity(256);
-        self.write_json(&mut buf).expect("output records always serialize");
-        String::from_utf8(buf).expect("serde_json writes UTF-8")
+        self.write_json(&mut buf);
+        String::from_utf8(buf).expect("py_json writes ASCII")
     }
 
     /// The line the runner prints: `TAG> {json}`.
     pub fn tagged_line(&self) -> String {
         format!("{}> {}", self.kind().tag(), self.to_json())
-    }
-}
-
-/// `json.dumps`' default separators: a space after `,` and after `:`.
-struct PythonSeparators;
-
-impl serde_json::ser::Formatter for PythonSeparators {
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
-    }
-
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(b": ")
-    }
-
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
     }
 }
