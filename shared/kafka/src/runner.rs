@@ -33,7 +33,7 @@ use crate::cadence::Cadence;
 use crate::codec::{Codec, CodecError};
 use crate::core::{CommitBatch, Correction, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
-use crate::group::{self, GroupContext, RebalanceLog, SharedLog};
+use crate::group::{GroupContext, RebalanceLog, SharedLog};
 use crate::markers;
 use crate::metrics::{now_ms, MemberMetrics};
 use crate::observe::Beat;
@@ -293,9 +293,6 @@ impl<S: Service> Runner<S> {
         for (i, p) in self.core.all_slots() {
             tpl.add_partition(&self.topics[i].0, p);
         }
-        if let Err(e) = group::at_committed_offsets(&self.consumer, &mut tpl) {
-            warn!(error = %e, "cannot read the committed offsets of the input partitions; librdkafka looks them up");
-        }
         self.consumer.assign(&tpl).context("cannot assign the input partitions")?;
         let all: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         self.take_partitions(&all)?;
@@ -447,9 +444,9 @@ impl<S: Service> Runner<S> {
     }
 
     /// Each partition read from its next record to count, as the tasks' state and
-    /// the committed offsets say, whatever the consumer's own fetch position (how
-    /// far it had fetched before a rewind, the group's offset where the state
-    /// corrected it). A partition never committed is read from its beginning.
+    /// the committed offsets say, whatever the consumer's own fetch position (its own
+    /// read of the group's offsets at an assignment, or how far it had fetched before
+    /// a rewind). A partition never committed is read from its beginning.
     fn read_from_next_to_count(&self, slots: &[Slot]) -> Result<()> {
         for &slot in slots {
             self.seek(slot, self.core.next_to_count(slot).map_or(Offset::Beginning, Offset::Offset))?;
