@@ -46,6 +46,9 @@ pub struct Restored {
     pub records: u64,
     /// Entries handed over, per task.
     pub entries: BTreeMap<i32, u64>,
+    /// Changelog partitions where a transaction was still open when the restore
+    /// gave up waiting for it: their state may lack a commit that is on its way.
+    pub left_open: BTreeSet<i32>,
 }
 
 /// Feeds `apply` every entry of the given tasks, each in its changelog partition
@@ -71,7 +74,7 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
-    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
+    let (readable, left_open) = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
     pending.retain(|p| readable[p].0 < readable[p].1);
@@ -82,7 +85,7 @@ pub fn read_tasks(
     reader.assign(&tpl)?;
     let wanted: BTreeSet<i32> = tasks.iter().copied().collect();
     let mut progress = Instant::now();
-    let mut restored = Restored::default();
+    let mut restored = Restored { left_open, ..Restored::default() };
     while !pending.is_empty() {
         if progress.elapsed() > STALL_LIMIT {
             bail!(
@@ -114,6 +117,9 @@ pub fn read_tasks(
     Ok(restored)
 }
 
+/// Of each changelog partition, the first offset and the last stable one.
+type Readable = BTreeMap<i32, (i64, i64)>;
+
 /// Waits, for a while, until no transaction is open on the changelog partitions:
 /// until the end that read_committed sees (the last stable offset) reaches the end of
 /// what was written (the high watermark) as it was at the start. A transaction that
@@ -123,18 +129,19 @@ pub fn read_tasks(
 /// after [`OPEN_TRANSACTION_WAIT`] is one that will not end soon (a writer gone, left
 /// for the broker's transaction timeout, or a hanging one), and the restore goes on
 /// with what is committed before it, as read_committed gives it. Returns what the
-/// reader can read of each partition: its first offset and its last stable one.
+/// reader can read of each partition (its first offset and its last stable one), and
+/// the partitions still open.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
     changelog: &str,
     partitions: &BTreeSet<i32>,
-) -> Result<BTreeMap<i32, (i64, i64)>> {
+) -> Result<(Readable, BTreeSet<i32>)> {
     let uncommitted: BaseConsumer = connection::client_config(bootstrap_servers)
         .set("isolation.level", "read_uncommitted")
         .create()
         .context("cannot create the changelog reader")?;
-    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, (i64, i64)>> {
+    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<Readable> {
         partitions
             .iter()
             .map(|&p| {
@@ -147,9 +154,9 @@ fn wait_for_open_transactions(
     let started = Instant::now();
     loop {
         let readable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
-        let open: Vec<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
+        let open: BTreeSet<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
         if open.is_empty() {
-            return Ok(readable);
+            return Ok((readable, open));
         }
         if started.elapsed() > OPEN_TRANSACTION_WAIT {
             warn!(
@@ -157,7 +164,7 @@ fn wait_for_open_transactions(
                 partitions = ?open,
                 "a transaction on the changelog is still open; restoring what is committed before it"
             );
-            return Ok(readable);
+            return Ok((readable, open));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

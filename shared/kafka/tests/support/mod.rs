@@ -7,6 +7,7 @@
 // Each test file uses part of the harness.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -221,14 +222,31 @@ pub fn reference(dataset: Dataset) -> Vec<String> {
 /// `got` equals `expected`; `what` says what each is when they differ.
 pub fn assert_same(got: &[String], expected: &[String], what: &str) {
     if got != expected {
-        let missing: Vec<&String> = expected.iter().filter(|l| !got.contains(l)).take(5).collect();
-        let extra: Vec<&String> = got.iter().filter(|l| !expected.contains(l)).take(5).collect();
+        // As multisets: a line written twice is an extra one.
+        let (got_counts, expected_counts) = (counts(got), counts(expected));
+        let surplus = |of: &BTreeMap<&str, i64>, over: &BTreeMap<&str, i64>| -> Vec<String> {
+            of.iter()
+                .filter_map(|(l, n)| {
+                    let more = n - over.get(l).copied().unwrap_or(0);
+                    (more > 0).then(|| format!("{more}× {l}"))
+                })
+                .take(10)
+                .collect()
+        };
+        let missing = surplus(&expected_counts, &got_counts);
+        let extra = surplus(&got_counts, &expected_counts);
         panic!(
             "{what}: {} records vs {} expected\nmissing: {missing:#?}\nextra: {extra:#?}",
             got.len(),
             expected.len()
         );
     }
+}
+
+fn counts(lines: &[String]) -> BTreeMap<&str, i64> {
+    let mut counts = BTreeMap::new();
+    lines.iter().for_each(|l| *counts.entry(l.as_str()).or_default() += 1);
+    counts
 }
 
 /// Each service's /metrics, next to its log (`<log>.metrics`), for a failed test's
