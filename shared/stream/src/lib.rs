@@ -6,6 +6,7 @@ pub mod changelog;
 pub mod event_sort;
 pub mod harness;
 pub mod operator;
+pub mod panes;
 pub mod partition;
 pub mod retention;
 pub mod source_clock;

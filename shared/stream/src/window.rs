@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::changelog::{StateError, StateWrite};
+use crate::panes::Panes;
 use crate::state::KeyedState;
 use crate::timers::TimerQueue;
 use crate::Millis;
@@ -85,7 +86,7 @@ pub struct TooLate;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyWindows<A> {
-    panes: BTreeMap<Millis, A>,
+    panes: Panes<A>,
     /// Every window of this key ending at or before this has fired (or was empty).
     fired_upto: Millis,
     /// Revision last emitted, by window start, while the window can still change.
@@ -96,7 +97,7 @@ pub struct KeyWindows<A> {
 
 impl<A> Default for KeyWindows<A> {
     fn default() -> Self {
-        KeyWindows { panes: BTreeMap::new(), fired_upto: Millis::MIN, revisions: BTreeMap::new(), timer: None }
+        KeyWindows { panes: Panes::default(), fired_upto: Millis::MIN, revisions: BTreeMap::new(), timer: None }
     }
 }
 
@@ -109,8 +110,6 @@ pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     wanted: Box<dyn Fn(&A) -> bool + Send>,
     keys: KeyedState<K, KeyWindows<A>>,
     timers: TimerQueue<K>,
-    /// Scratch: one key's pane starts while its windows fire.
-    starts: Vec<Millis>,
 }
 
 impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
@@ -121,7 +120,6 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             wanted: Box::new(|_| true),
             keys: KeyedState::default(),
             timers: TimerQueue::default(),
-            starts: Vec::new(),
         }
     }
 
@@ -149,7 +147,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             return Err(TooLate);
         }
         let state = self.keys.get_or_insert_with(key, KeyWindows::default);
-        update(state.panes.entry(pane).or_default());
+        update(state.panes.get_or_default(pane));
         let first_end = pane + w.slide;
         if first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end) {
             // The common, in-order case: none of this pane's windows has fired or is
@@ -196,19 +194,13 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
         let Some(state) = self.keys.get_mut(key) else { return };
-        // The key's pane starts, read once rather than searched for in the map three
-        // times a window: a key holds a handful of panes, and a sliding window fires
-        // every slide.
-        self.starts.clear();
-        self.starts.extend(state.panes.keys().copied());
-        let starts = &self.starts;
-        while let Some(end) = next_fire_end(starts, state.fired_upto, w) {
+        while let Some(end) = next_fire_end(&state.panes, state.fired_upto, w) {
             if end > watermark {
                 break;
             }
             let window = Window { start: end - w.size, end };
             state.fired_upto = end;
-            if starts.get(starts.partition_point(|&p| p < window.start)).is_some_and(|&p| p < window.end) {
+            if state.panes.first_from(window.start).is_some_and(|p| p < window.end) {
                 if lateness > 0 {
                     state.revisions.insert(window.start, 1);
                 }
@@ -219,18 +211,11 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             }
         }
         // Forget what no on-time event can change any more.
-        let mut forgotten = 0;
-        while let Some((&pane, _)) = state.panes.first_key_value() {
-            if !closed_for_good(pane + w.size, watermark, lateness) {
-                break;
-            }
-            state.panes.pop_first();
-            forgotten += 1;
-        }
+        state.panes.forget_while(|pane| closed_for_good(pane + w.size, watermark, lateness));
         state.revisions.retain(|&start, _| !closed_for_good(start + w.size, watermark, lateness));
         let next = [
-            next_fire_end(&starts[forgotten..], state.fired_upto, w),
-            state.panes.keys().next().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
+            next_fire_end(&state.panes, state.fired_upto, w),
+            state.panes.first_start().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
             state.revisions.keys().next().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
         ]
         .into_iter()
@@ -289,17 +274,15 @@ fn closed_for_good(end: Millis, watermark: Millis, allowed_lateness: Millis) -> 
     end.saturating_add(allowed_lateness) <= watermark
 }
 
-/// End of the earliest window that has data (`starts`: the key's pane starts, in
-/// order) and has not fired.
-fn next_fire_end(starts: &[Millis], fired_upto: Millis, w: SlidingWindows) -> Option<Millis> {
-    let unfired_from = fired_upto.saturating_sub(w.size).saturating_add(1);
-    let pane = starts.get(starts.partition_point(|&p| p < unfired_from))?;
+/// End of the earliest window that has data and has not fired.
+fn next_fire_end<A>(panes: &Panes<A>, fired_upto: Millis, w: SlidingWindows) -> Option<Millis> {
+    let pane = panes.first_from(fired_upto.saturating_sub(w.size).saturating_add(1))?;
     Some(fired_upto.saturating_add(w.slide).max(pane + w.slide))
 }
 
-fn merge_panes<A: Aggregate>(panes: &BTreeMap<Millis, A>, window: Window) -> A {
+fn merge_panes<A: Aggregate>(panes: &Panes<A>, window: Window) -> A {
     let mut acc = A::default();
-    for pane in panes.range(window.start..window.end).map(|(_, a)| a) {
+    for pane in panes.range(window.start, window.end) {
         acc.merge(pane);
     }
     acc
