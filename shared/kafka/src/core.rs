@@ -439,26 +439,6 @@ impl<S: Service> TaskCore<S> {
         t.written.restored(bytes);
     }
 
-    /// Input partitions of a task just restored whose state was committed at an
-    /// offset below the one believed committed. Offsets and state commit together, so
-    /// the restore may not have seen the last commit's changelog records yet (their
-    /// transaction markers come late after a broker restart): reading from the
-    /// state's offset would then do that commit's work again. The shell restores
-    /// again while that commit may still be on its way; one that never comes (a group
-    /// offset from a transaction whose state did not commit) is corrected by
-    /// [`Self::finish_restore`].
-    pub fn restored_behind(&self, task: i32) -> Vec<Correction> {
-        let Some(t) = self.tasks.get(&task) else { return Vec::new() };
-        t.restored_positions
-            .iter()
-            .filter_map(|&(input, p, changelog)| {
-                let slot = (input, p);
-                let believed = self.committed.get(&slot).copied().filter(|&b| b > changelog)?;
-                Some(Correction { slot, believed: Some(believed), changelog })
-            })
-            .collect()
-    }
-
     /// The task is restored; where its state's committed offsets differ from what
     /// the shell believed committed, they replace them, and the shell must read
     /// those partitions from there.

@@ -12,7 +12,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::core::entry_of;
 
@@ -22,8 +22,12 @@ use crate::core::entry_of;
 /// by default). A restore that goes on reading may take as long as it needs.
 const STALL_LIMIT: Duration = Duration::from_secs(60);
 const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a restore waits for a changelog transaction's commit markers.
-const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(5);
+/// How long a restore waits for the transactions open on its changelog partitions
+/// to end: beyond the transaction timeout and the broker's sweep of timed-out
+/// transactions, which end those of a writer that died.
+const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
+/// After this long waiting, a restore says what it waits for.
+const OPEN_TRANSACTION_NOTICE: Duration = Duration::from_secs(5);
 
 /// The reader waits for the end of its partition, which librdkafka also reports as
 /// an error; only real errors are worth a log line.
@@ -46,9 +50,6 @@ pub struct Restored {
     pub records: u64,
     /// Entries handed over, per task.
     pub entries: BTreeMap<i32, u64>,
-    /// Changelog partitions where a transaction was still open when the restore
-    /// gave up waiting for it: their state may lack a commit that is on its way.
-    pub left_open: BTreeSet<i32>,
 }
 
 /// Feeds `apply` every entry of the given tasks, each in its changelog partition
@@ -74,7 +75,7 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
-    let (readable, left_open) = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
+    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
     pending.retain(|p| readable[p].0 < readable[p].1);
@@ -85,7 +86,7 @@ pub fn read_tasks(
     reader.assign(&tpl)?;
     let wanted: BTreeSet<i32> = tasks.iter().copied().collect();
     let mut progress = Instant::now();
-    let mut restored = Restored { left_open, ..Restored::default() };
+    let mut restored = Restored::default();
     while !pending.is_empty() {
         if progress.elapsed() > STALL_LIMIT {
             bail!(
@@ -117,31 +118,29 @@ pub fn read_tasks(
     Ok(restored)
 }
 
-/// Of each changelog partition, the first offset and the last stable one.
-type Readable = BTreeMap<i32, (i64, i64)>;
-
-/// Waits, for a while, until no transaction is open on the changelog partitions:
-/// until the end that read_committed sees (the last stable offset) reaches the end of
-/// what was written (the high watermark) as it was at the start. A transaction that
-/// committed just before (its commit markers not yet written, as right after a
-/// rebalance) would otherwise be left out, and the state come back older than the
-/// offsets committed with it. Its markers take milliseconds; a transaction still open
-/// after [`OPEN_TRANSACTION_WAIT`] is one that will not end soon (a writer gone, left
-/// for the broker's transaction timeout, or a hanging one), and the restore goes on
-/// with what is committed before it, as read_committed gives it. Returns what the
-/// reader can read of each partition (its first offset and its last stable one), and
-/// the partitions still open.
+/// Waits until no transaction is open on the changelog partitions: until the end
+/// that read_committed sees (the last stable offset) reaches the end of what was
+/// written (the high watermark) as it was at the start. A transaction still open may
+/// be one that committed, its markers on their way (right after a rebalance, and for
+/// seconds after a broker restart), and it can span several task partitions: a
+/// restore that read without it would bring back state older than the offsets
+/// committed with it, or some tasks' state of one commit and others' of the commit
+/// before, and redo committed work. One that will abort (its writer died) ends at
+/// the transaction timeout. One still open after [`OPEN_TRANSACTION_WAIT`] is a
+/// hanging one, and the restore goes on with what is committed before it, as
+/// read_committed gives it. Returns what the reader can read of each partition: its
+/// first offset and its last stable one.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
     changelog: &str,
     partitions: &BTreeSet<i32>,
-) -> Result<(Readable, BTreeSet<i32>)> {
+) -> Result<BTreeMap<i32, (i64, i64)>> {
     let uncommitted: BaseConsumer = connection::client_config(bootstrap_servers)
         .set("isolation.level", "read_uncommitted")
         .create()
         .context("cannot create the changelog reader")?;
-    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<Readable> {
+    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, (i64, i64)>> {
         partitions
             .iter()
             .map(|&p| {
@@ -152,19 +151,31 @@ fn wait_for_open_transactions(
     };
     let written = ends(&|p| uncommitted.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
     let started = Instant::now();
+    let mut noticed = false;
     loop {
         let readable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
-        let open: BTreeSet<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
+        let open: Vec<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
         if open.is_empty() {
-            return Ok((readable, open));
+            return Ok(readable);
         }
-        if started.elapsed() > OPEN_TRANSACTION_WAIT {
+        let waited = started.elapsed();
+        if waited > OPEN_TRANSACTION_WAIT {
             warn!(
                 changelog,
                 partitions = ?open,
-                "a transaction on the changelog is still open; restoring what is committed before it"
+                "a transaction on the changelog is still open after {OPEN_TRANSACTION_WAIT:?}; restoring what is \
+                 committed before it (`kafka-transactions.sh find-hanging` shows a hanging one)"
             );
-            return Ok((readable, open));
+            return Ok(readable);
+        }
+        if !noticed && waited > OPEN_TRANSACTION_NOTICE {
+            noticed = true;
+            info!(
+                changelog,
+                partitions = ?open,
+                "waiting for a transaction open on the changelog to end (a commit's markers on their way, or the \
+                 transaction timeout of a writer that died)"
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -52,10 +52,6 @@ const SEND_OFFSETS_MARGIN: Duration = Duration::from_secs(5);
 const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Failed commits in a row after which a member starts over with new clients.
 const COMMIT_ATTEMPTS: u32 = 3;
-/// How long a restore whose state is behind the offsets committed with it goes on
-/// waiting for the missing commit (see `TaskCore::restored_behind`): beyond the
-/// transaction timeout and the broker's sweep of timed-out transactions.
-const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
 
 /// The producer lost its transactional id to another member (or failed for good).
 #[derive(Debug, thiserror::Error)]
@@ -525,21 +521,19 @@ impl<S: Service> Runner<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let restored = loop {
-            let restored = self.read_changelogs(tasks)?;
-            let partitions = self.core.partitions();
-            let awaited = tasks
-                .iter()
-                .any(|&t| restored.left_open.contains(&(t % partitions)) && !self.core.restored_behind(t).is_empty());
-            if !awaited || started.elapsed() > CATCH_UP_LIMIT {
-                break restored;
-            }
-            info!(
-                ?tasks,
-                "the state restored is older than the input offsets committed with it, and a transaction on its \
-                 changelog is still open: restoring again until that commit's state is readable"
-            );
-        };
+        for &task in tasks {
+            self.core.begin_restore(task);
+        }
+        let core = &mut self.core;
+        let partitions = core.partitions();
+        let restored = restore::read_tasks(
+            &self.settings.bootstrap_servers,
+            &self.settings.group_id,
+            &self.changelog,
+            partitions,
+            tasks,
+            |task, key, value| Ok(core.restore_entry(task, key, value)?),
+        )?;
         let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
         let took = started.elapsed();
         self.metrics.restored_records.inc_by(restored.records);
@@ -557,23 +551,6 @@ impl<S: Service> Runner<S> {
         self.publish_tasks();
         self.report_corrections(&corrections);
         Ok(corrections.iter().map(|c| c.slot).collect())
-    }
-
-    /// The tasks afresh, then every entry of their changelogs.
-    fn read_changelogs(&mut self, tasks: &[i32]) -> Result<restore::Restored> {
-        for &task in tasks {
-            self.core.begin_restore(task);
-        }
-        let core = &mut self.core;
-        let partitions = core.partitions();
-        restore::read_tasks(
-            &self.settings.bootstrap_servers,
-            &self.settings.group_id,
-            &self.changelog,
-            partitions,
-            tasks,
-            |task, key, value| Ok(core.restore_entry(task, key, value)?),
-        )
     }
 
     /// Says which partitions will be read from where their task's state was

@@ -58,14 +58,6 @@ impl<S: Service> Member<S> {
     }
 
     fn restore(&mut self, broker: &Broker, tasks: &[i32]) {
-        self.read_changelog(broker, tasks);
-        for &task in tasks {
-            self.corrections.extend(self.core.finish_restore(task));
-        }
-    }
-
-    /// The tasks afresh, then their changelog entries (a restore before it finishes).
-    fn read_changelog(&mut self, broker: &Broker, tasks: &[i32]) {
         for &task in tasks {
             self.core.begin_restore(task);
             let partition = task % self.core.partitions();
@@ -74,6 +66,7 @@ impl<S: Service> Member<S> {
                     self.core.restore_entry(task, entry, Some(value)).unwrap();
                 }
             }
+            self.corrections.extend(self.core.finish_restore(task));
         }
     }
 
@@ -355,37 +348,6 @@ fn group_offsets_left_behind_the_state_are_read_from_the_states() {
         state_at.iter().filter(|(s, o)| broker.offsets.get(s) != Some(o)).map(|(s, o)| (*s, *o)).collect();
     assert!(!moved.is_empty());
     assert_eq!(corrected, moved);
-    feed_from_committed(&mut next, &input);
-    finish(&mut [&mut next], &mut broker);
-    assert_eq!(sorted(&next.delivered), join_uninterrupted());
-}
-
-/// The group's offsets include a commit whose changelog records a restore could not
-/// read yet (their transaction markers late after a broker restart): the restore is
-/// told behind, not corrected to the state's offsets (which would redo that commit),
-/// and once the commit is readable a restore again gets the uninterrupted result.
-#[test]
-fn a_state_restored_before_its_last_commit_is_told_behind() {
-    let TwoThirdsRead { input, mut broker, mut m, at_a_third } = two_thirds_read();
-    let changelog_at_a_third = broker.changelog.clone();
-    commit_all(&mut [&mut m], &mut broker);
-    let complete = std::mem::replace(&mut broker.changelog, changelog_at_a_third);
-    let mut next = Member::new(JoinEnrichService);
-    next.delivered = std::mem::take(&mut m.delivered);
-    let slots = all_slots(JOIN_INPUTS);
-    let committed: Vec<(Slot, Option<i64>)> = slots.iter().map(|s| (*s, broker.offsets.get(s).copied())).collect();
-    let tasks = next.core.assign(&slots, &committed);
-    next.read_changelog(&broker, &tasks);
-    let behind: BTreeMap<Slot, i64> =
-        tasks.iter().flat_map(|&t| next.core.restored_behind(t)).map(|c| (c.slot, c.changelog)).collect();
-    let moved: BTreeMap<Slot, i64> =
-        at_a_third.iter().filter(|(s, o)| broker.offsets.get(s) > Some(o)).map(|(s, o)| (*s, *o)).collect();
-    assert!(!moved.is_empty());
-    assert_eq!(behind, moved);
-    broker.changelog = complete;
-    next.restore(&broker, &tasks);
-    assert!(tasks.iter().all(|&t| next.core.restored_behind(t).is_empty()));
-    assert_eq!(next.corrections, []);
     feed_from_committed(&mut next, &input);
     finish(&mut [&mut next], &mut broker);
     assert_eq!(sorted(&next.delivered), join_uninterrupted());
