@@ -173,10 +173,10 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     /// past their allowed lateness.
     pub fn advance(&mut self, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         while let Some((time, key)) = self.timers.pop_due(watermark) {
-            if let Some(state) = self.keys.get_mut(&key) {
-                if state.timer == Some(time) {
-                    state.timer = None;
-                }
+            // A timer the key has moved since is not its own any more.
+            match self.keys.get_mut(&key) {
+                Some(state) if state.timer == Some(time) => state.timer = None,
+                _ => continue,
             }
             self.process_key(&key, watermark, out);
         }
@@ -225,13 +225,8 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         let old = state.timer;
         state.timer = next;
         let empty = state.panes.is_empty() && state.revisions.is_empty();
-        if old != next {
-            if let Some(old) = old {
-                self.timers.delete(old, key);
-            }
-            if let Some(next) = next {
-                self.timers.register(next, key.clone());
-            }
+        if let Some(next) = next.filter(|&next| old != Some(next)) {
+            self.timers.register(next, key.clone());
         }
         if empty {
             self.keys.remove(key);
