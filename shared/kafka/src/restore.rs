@@ -50,6 +50,9 @@ pub struct Restored {
     pub records: u64,
     /// Entries handed over, per task.
     pub entries: BTreeMap<i32, u64>,
+    /// Changelog partitions where a transaction was still open when the restore
+    /// stopped waiting: their state may lack a commit that is on its way.
+    pub left_open: BTreeSet<i32>,
 }
 
 /// Feeds `apply` every entry of the given tasks, each in its changelog partition
@@ -75,7 +78,7 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
-    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
+    let (readable, left_open) = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
     pending.retain(|p| readable[p].0 < readable[p].1);
@@ -86,7 +89,7 @@ pub fn read_tasks(
     reader.assign(&tpl)?;
     let wanted: BTreeSet<i32> = tasks.iter().copied().collect();
     let mut progress = Instant::now();
-    let mut restored = Restored::default();
+    let mut restored = Restored { left_open, ..Restored::default() };
     while !pending.is_empty() {
         if progress.elapsed() > STALL_LIMIT {
             bail!(
@@ -118,6 +121,9 @@ pub fn read_tasks(
     Ok(restored)
 }
 
+/// Of each changelog partition, the first offset and the last stable one.
+type Readable = BTreeMap<i32, (i64, i64)>;
+
 /// Waits until no transaction is open on the changelog partitions: until the end
 /// that read_committed sees (the last stable offset) reaches the end of what was
 /// written (the high watermark) as it was at the start. A transaction still open may
@@ -127,20 +133,22 @@ pub fn read_tasks(
 /// committed with it, or some tasks' state of one commit and others' of the commit
 /// before, and redo committed work. One that will abort (its writer died) ends at
 /// the transaction timeout. One still open after [`OPEN_TRANSACTION_WAIT`] is a
-/// hanging one, and the restore goes on with what is committed before it, as
-/// read_committed gives it. Returns what the reader can read of each partition: its
-/// first offset and its last stable one.
+/// hanging one, or one whose markers wait on a broker that is down: the restore goes
+/// on with what is committed before it, as read_committed gives it, and the caller
+/// judges from the offsets committed with the state whether that is safe. Returns
+/// what the reader can read of each partition (its first offset and its last stable
+/// one), and the partitions still open.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
     changelog: &str,
     partitions: &BTreeSet<i32>,
-) -> Result<BTreeMap<i32, (i64, i64)>> {
+) -> Result<(Readable, BTreeSet<i32>)> {
     let uncommitted: BaseConsumer = connection::client_config(bootstrap_servers)
         .set("isolation.level", "read_uncommitted")
         .create()
         .context("cannot create the changelog reader")?;
-    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<BTreeMap<i32, (i64, i64)>> {
+    let ends = |client_end: &dyn Fn(i32) -> KafkaResult<(i64, i64)>| -> Result<Readable> {
         partitions
             .iter()
             .map(|&p| {
@@ -154,9 +162,9 @@ fn wait_for_open_transactions(
     let mut noticed = false;
     loop {
         let readable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
-        let open: Vec<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
+        let open: BTreeSet<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
         if open.is_empty() {
-            return Ok(readable);
+            return Ok((readable, open));
         }
         let waited = started.elapsed();
         if waited > OPEN_TRANSACTION_WAIT {
@@ -164,9 +172,9 @@ fn wait_for_open_transactions(
                 changelog,
                 partitions = ?open,
                 "a transaction on the changelog is still open after {OPEN_TRANSACTION_WAIT:?}; restoring what is \
-                 committed before it (`kafka-transactions.sh find-hanging` shows a hanging one)"
+                 committed before it"
             );
-            return Ok(readable);
+            return Ok((readable, open));
         }
         if !noticed && waited > OPEN_TRANSACTION_NOTICE {
             noticed = true;
