@@ -33,7 +33,7 @@ use crate::cadence::Cadence;
 use crate::codec::{Codec, CodecError};
 use crate::core::{CommitBatch, Correction, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
-use crate::group::{GroupContext, RebalanceLog, SharedLog};
+use crate::group::{GroupContext, Membership, RebalanceLog, SharedLog, Standing};
 use crate::markers;
 use crate::metrics::{now_ms, MemberMetrics};
 use crate::observe::Beat;
@@ -120,6 +120,9 @@ pub struct Runner<S: Service> {
     /// Shared with the thread that sends a commit's offsets (see `send_offsets`).
     producer: Arc<Kafka>,
     rebalances: SharedLog,
+    membership: Membership,
+    /// The member reported degraded for being out of its group.
+    out_of_group: bool,
     core: TaskCore<S>,
     /// The input topics' names and record types by index, the topics that carry this
     /// stage's watermark, and its changelog.
@@ -198,6 +201,8 @@ impl<S: Service> Runner<S> {
             consumer,
             producer,
             rebalances,
+            membership: Membership::default(),
+            out_of_group: false,
             core,
             topics,
             drained: false,
@@ -378,11 +383,10 @@ impl<S: Service> Runner<S> {
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
-        let (revoked, assigned) = {
-            let mut log = self.rebalances.lock().expect("rebalance log");
-            (std::mem::take(&mut log.revoked), std::mem::take(&mut log.assigned))
-        };
+        let RebalanceLog { revoked, joined, assigned } =
+            std::mem::take(&mut *self.rebalances.lock().expect("rebalance log"));
         if revoked {
+            self.membership.left(Instant::now());
             // Eager rebalancing takes every partition away; their next owner redoes
             // the work since the last commit, so nothing is rewound here. A new
             // producer is taken even with no transaction open: its
@@ -403,8 +407,35 @@ impl<S: Service> Runner<S> {
             self.redelivered.clear();
             self.publish_tasks();
         }
+        if joined {
+            self.membership.joined();
+        }
         if !assigned.is_empty() {
             self.take_partitions(&assigned)?;
+        }
+        self.judge_membership()
+    }
+
+    /// Reports a member out of its group for long degraded, and fails one whose
+    /// rejoin is stuck: its supervisor starts it again with new clients.
+    fn judge_membership(&mut self) -> Result<()> {
+        match self.membership.standing(Instant::now()) {
+            Standing::Stuck(out) => bail!(
+                "out of the consumer group for {out:?}: the partitions were revoked and the group has not assigned \
+                 any since (librdkafka's rejoin is stuck, as after a broker crash); starting over with new clients"
+            ),
+            Standing::Degraded(out) if !self.out_of_group => {
+                warn!(?out, "out of the consumer group since the partitions were revoked; still rejoining");
+                self.beat.degraded(format!("out of the consumer group for {out:?}, rejoining"));
+                self.metrics.degraded.set(1);
+                self.out_of_group = true;
+            }
+            Standing::In if self.out_of_group => {
+                self.beat.recovered();
+                self.metrics.degraded.set(0);
+                self.out_of_group = false;
+            }
+            _ => {}
         }
         Ok(())
     }
