@@ -17,8 +17,8 @@ pub fn distinct_customer_lines(source: Source, customers: u64, seed: u64) -> Box
     match source {
         Source::Orders => Box::new((0..customers).map(move |i| {
             json(&Order {
-                order_id: format!("order-{i}"),
-                customer_id: format!("cust-{i}"),
+                order_id: format!("order-{i}").into(),
+                customer_id: format!("cust-{i}").into(),
                 order_amount: amount(i),
                 order_ts: PLANTED_START_MS + i as Millis * SPACING_MS,
                 country: "US".into(),
@@ -26,8 +26,8 @@ pub fn distinct_customer_lines(source: Source, customers: u64, seed: u64) -> Box
         })),
         Source::Payments => Box::new((0..customers).map(move |i| {
             json(&Payment {
-                payment_id: format!("pay-{i}"),
-                order_id: format!("order-{i}"),
+                payment_id: format!("pay-{i}").into(),
+                order_id: format!("order-{i}").into(),
                 paid_amount: amount(i),
                 payment_ts: PLANTED_START_MS + i as Millis * SPACING_MS + draw.range(i, 2, 1, 900),
                 method: "card".into(),

@@ -86,11 +86,11 @@ impl Traffic {
         };
         let id = self.first_id + i;
         Some(Order {
-            order_id: format!("order-{id:06}"),
-            customer_id: format!("cust-{:03}", self.customer(i)),
+            order_id: format!("order-{id:06}").into(),
+            customer_id: format!("cust-{:03}", self.customer(i)).into(),
             order_amount: self.amount(i),
             order_ts: self.base_ms(i) - delay,
-            country: COUNTRIES[(self.customer(i) % COUNTRIES.len() as u64) as usize].to_string(),
+            country: COUNTRIES[(self.customer(i) % COUNTRIES.len() as u64) as usize].into(),
         })
     }
 
@@ -105,11 +105,11 @@ impl Traffic {
         let amount = self.amount(i);
         let paid = if kind == PairKind::Mismatch { (amount * 80.0).round() / 100.0 } else { amount };
         Some(Payment {
-            payment_id: format!("pay-{id:06}"),
-            order_id,
+            payment_id: format!("pay-{id:06}").into(),
+            order_id: order_id.into(),
             paid_amount: paid,
             payment_ts: self.base_ms(i) + self.draw.range(i, purpose::PAYMENT_JITTER, -300, 300),
-            method: METHODS[(i % METHODS.len() as u64) as usize].to_string(),
+            method: METHODS[(i % METHODS.len() as u64) as usize].into(),
         })
     }
 
@@ -125,10 +125,10 @@ impl Traffic {
             _ => (EventType::Heartbeat, "ok"),
         };
         DeviceEvent {
-            device_id: format!("dev-{}", 400 + device),
-            site_id: SITES[(device / 10) as usize].to_string(),
+            device_id: format!("dev-{}", 400 + device).into(),
+            site_id: SITES[(device / 10) as usize].into(),
             event_type,
-            status: status.to_string(),
+            status: status.into(),
             event_ts: self.start_ms
                 + k as Millis * DEVICE_SPACING_MS
                 + self.draw.range(k, purpose::DEVICE_JITTER, -300, 300),

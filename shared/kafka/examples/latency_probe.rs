@@ -63,7 +63,7 @@ fn main() {
         match m.topic() {
             "payments" => {
                 if let Ok(p) = codec.decode::<Payment>(payload) {
-                    produced.insert(p.payment_id, created);
+                    produced.insert(p.payment_id.to_string(), created);
                 }
             }
             "device-events" => {
@@ -74,10 +74,10 @@ fn main() {
             "enriched-payments" => {
                 if let Ok(e) = codec.decode::<EnrichedPayment>(payload) {
                     // An unmatched payment waits for its join window by design.
-                    if let (false, Some(t)) = (e.unmatched, produced.get(&e.payment_id)) {
+                    if let (false, Some(t)) = (e.unmatched, produced.get(e.payment_id.as_str())) {
                         payments.push(seen - t);
                     }
-                    enriched.insert(e.payment_id, seen);
+                    enriched.insert(e.payment_id.to_string(), seen);
                 }
             }
             "device-events-ontime" => {

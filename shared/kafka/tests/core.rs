@@ -12,7 +12,7 @@ use vigil_kafka::core::{self, entry_of, Incoming, Slot, TaskCore};
 use vigil_kafka::markers::Marker;
 use vigil_kafka::service::{InputKind, Service};
 use vigil_kafka::stages::{DeviceAnalyticsService, DeviceRouterService, JoinEnrichService};
-use vigil_model::{Config, DeviceEvent, Millis};
+use vigil_model::{Config, DeviceEvent, Millis, Text};
 use vigil_operators::{DeviceOutput, JoinInput, Routed};
 use vigil_stream::partition::partition_for;
 use vigil_stream::Operator;
@@ -158,7 +158,7 @@ const PARTITIONS: u32 = 4;
 /// The planted orders and payments in event-time order, each on the partition of its
 /// order id, with its offset there: (slot, offset, record, event time).
 fn join_input() -> Vec<(Slot, i64, JoinInput, Millis)> {
-    let mut records: Vec<(usize, String, JoinInput, Millis)> = planted::orders()
+    let mut records: Vec<(usize, Text, JoinInput, Millis)> = planted::orders()
         .into_iter()
         .map(|o| (0, o.order_id.clone(), o.order_ts, JoinInput::Order(o)))
         .chain(planted::payments().into_iter().map(|p| (1, p.order_id.clone(), p.payment_ts, JoinInput::Payment(p))))
@@ -402,7 +402,7 @@ fn a_record_off_its_keys_partition_goes_through_the_repartition_topic() {
     let ts = order.order_ts;
     let routed = m.feed((0, away), 0, record(JoinInput::Order(order.clone()), ts));
     // Input 2 is the orders' repartition topic.
-    assert_eq!(routed, core::Routed::Reroute { input: 2, partition: home, key: order.order_id.clone() });
+    assert_eq!(routed, core::Routed::Reroute { input: 2, partition: home, key: order.order_id.to_string() });
     let next = PARTITIONS as i64;
     let again = m.feed((2, home), next, record(JoinInput::Order(order), ts));
     assert_eq!(again, core::Routed::Done, "read again at home: joined");
@@ -564,7 +564,7 @@ fn a_partition_far_ahead_of_its_task_is_paused_until_the_others_catch_up() {
 /// Order `o{i}` at `ts`, as join-enrich reads it.
 fn order_at(ts: i64, i: i64) -> Incoming<JoinInput> {
     let o = vigil_model::Order {
-        order_id: format!("o{i}"),
+        order_id: format!("o{i}").into(),
         customer_id: "c".into(),
         order_amount: 1.0,
         order_ts: ts,
@@ -576,8 +576,8 @@ fn order_at(ts: i64, i: i64) -> Incoming<JoinInput> {
 /// Payment `p{i}` of order `o{i}` at `ts`.
 fn payment_at(ts: i64, i: i64) -> Incoming<JoinInput> {
     let p = vigil_model::Payment {
-        payment_id: format!("p{i}"),
-        order_id: format!("o{i}"),
+        payment_id: format!("p{i}").into(),
+        order_id: format!("o{i}").into(),
         paid_amount: 1.0,
         payment_ts: ts,
         method: "card".into(),

@@ -32,11 +32,11 @@ fn order(line: &str) -> Option<Order> {
         _ => None,
     })?;
     Some(Order {
-        order_id: order_id?.to_owned(),
-        customer_id: customer_id?.to_owned(),
+        order_id: order_id?.into(),
+        customer_id: customer_id?.into(),
         order_amount: order_amount?,
         order_ts: order_ts?,
-        country: country?.to_owned(),
+        country: country?.into(),
     })
 }
 
@@ -51,11 +51,11 @@ fn payment(line: &str) -> Option<Payment> {
         _ => None,
     })?;
     Some(Payment {
-        payment_id: payment_id?.to_owned(),
-        order_id: order_id?.to_owned(),
+        payment_id: payment_id?.into(),
+        order_id: order_id?.into(),
         paid_amount: paid_amount?,
         payment_ts: payment_ts?,
-        method: method?.to_owned(),
+        method: method?.into(),
     })
 }
 
@@ -70,10 +70,10 @@ fn device(line: &str) -> Option<DeviceEvent> {
         _ => None,
     })?;
     Some(DeviceEvent {
-        device_id: device_id?.to_owned(),
-        site_id: site_id?.to_owned(),
+        device_id: device_id?.into(),
+        site_id: site_id?.into(),
         event_type: event_type?,
-        status: status?.to_owned(),
+        status: status?.into(),
         event_ts: event_ts?,
     })
 }

@@ -6,22 +6,26 @@ use serde::{Deserialize, Serialize};
 use crate::flat_json;
 use crate::time::Millis;
 
+/// A record's text field. Ids, codes and statuses are short: kept inline (up to 24
+/// bytes), they cost no allocation to read, copy into state or drop.
+pub type Text = compact_str::CompactString;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Order {
-    pub order_id: String,
-    pub customer_id: String,
+    pub order_id: Text,
+    pub customer_id: Text,
     pub order_amount: f64,
     pub order_ts: Millis,
-    pub country: String,
+    pub country: Text,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payment {
-    pub payment_id: String,
-    pub order_id: String,
+    pub payment_id: Text,
+    pub order_id: Text,
     pub paid_amount: f64,
     pub payment_ts: Millis,
-    pub method: String,
+    pub method: Text,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -35,10 +39,10 @@ pub enum EventType {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceEvent {
-    pub device_id: String,
-    pub site_id: String,
+    pub device_id: Text,
+    pub site_id: Text,
     pub event_type: EventType,
-    pub status: String,
+    pub status: Text,
     pub event_ts: Millis,
 }
 

@@ -12,5 +12,5 @@ pub mod time;
 pub mod topology;
 
 pub use config::Config;
-pub use input::{DeviceEvent, EventType, InputRecord, InvalidRecord, Order, Payment, Source};
+pub use input::{DeviceEvent, EventType, InputRecord, InvalidRecord, Order, Payment, Source, Text};
 pub use time::Millis;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::input::{DeviceEvent, EventType};
+use crate::input::{DeviceEvent, EventType, Text};
 use crate::py_json;
 use crate::time::{iso_utc, Millis};
 
@@ -92,15 +92,15 @@ fn is_first(revision: &u32) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnrichedPayment {
     pub record_type: RecordType,
-    pub payment_id: String,
-    pub order_id: String,
+    pub payment_id: Text,
+    pub order_id: Text,
     pub paid_amount: f64,
-    pub method: String,
+    pub method: Text,
     pub payment_ts_ms: Millis,
     pub unmatched: bool,
-    pub customer_id: Option<String>,
+    pub customer_id: Option<Text>,
     pub order_amount: Option<f64>,
-    pub country: Option<String>,
+    pub country: Option<Text>,
     pub amount_mismatch: bool,
 }
 
@@ -132,7 +132,7 @@ pub struct WindowMetrics {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeviceMetrics {
     pub record_type: RecordType,
-    pub site_id: String,
+    pub site_id: Text,
     #[serde(serialize_with = "iso")]
     pub window_start: Millis,
     #[serde(serialize_with = "iso")]
@@ -154,9 +154,9 @@ pub struct DeviceMetrics {
 pub struct AmountAnomaly {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
-    pub customer_id: String,
-    pub payment_id: String,
-    pub order_id: String,
+    pub customer_id: Text,
+    pub payment_id: Text,
+    pub order_id: Text,
     pub amount: f64,
     pub threshold: f64,
     #[serde(serialize_with = "iso")]
@@ -167,7 +167,7 @@ pub struct AmountAnomaly {
 pub struct VelocityAnomaly {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
-    pub customer_id: String,
+    pub customer_id: Text,
     #[serde(serialize_with = "long")]
     pub transaction_count: u64,
     pub total_amount: f64,
@@ -191,7 +191,7 @@ pub enum PaymentAnomaly {
 pub struct FaultSpike {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
-    pub site_id: String,
+    pub site_id: Text,
     #[serde(serialize_with = "long")]
     pub fault_count: u64,
     #[serde(serialize_with = "long")]
@@ -208,7 +208,7 @@ pub struct FaultSpike {
 pub struct RebootLoop {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
-    pub device_id: String,
+    pub device_id: Text,
     #[serde(serialize_with = "long")]
     pub reboot_count: u64,
     #[serde(serialize_with = "long")]
@@ -225,8 +225,8 @@ pub struct RebootLoop {
 pub struct FirmwareFailure {
     pub record_type: RecordType,
     pub anomaly_type: AnomalyType,
-    pub device_id: String,
-    pub site_id: String,
+    pub device_id: Text,
+    pub site_id: Text,
     #[serde(serialize_with = "long")]
     pub failure_count: u64,
     #[serde(serialize_with = "iso")]
@@ -246,10 +246,10 @@ pub enum DeviceAnomaly {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LateDeviceEvent {
     pub record_type: RecordType,
-    pub device_id: String,
-    pub site_id: String,
+    pub device_id: Text,
+    pub site_id: Text,
     pub event_type: EventType,
-    pub status: String,
+    pub status: Text,
     pub event_ts_ms: Millis,
     pub watermark_ms: Millis,
     pub lag_ms: Millis,

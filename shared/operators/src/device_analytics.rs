@@ -19,7 +19,7 @@ use vigil_model::time::round4;
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
 use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::retention::Retention;
-use vigil_stream::state::KeyedState;
+use vigil_stream::state::{KeyedState, StrKey};
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, WindowResult};
 use vigil_stream::Operator;
@@ -61,11 +61,11 @@ pub struct DeviceAnalytics {
     max_faults: u64,
     max_reboots: u64,
     watermark: Millis,
-    sites: KeyedWindows<String, SiteCounts>,
-    reboots: KeyedWindows<String, Reboots>,
-    firmware_failures: KeyedState<String, FailureCount>,
-    site_results: Vec<WindowResult<String, SiteCounts>>,
-    reboot_results: Vec<WindowResult<String, Reboots>>,
+    sites: KeyedWindows<StrKey, SiteCounts>,
+    reboots: KeyedWindows<StrKey, Reboots>,
+    firmware_failures: KeyedState<StrKey, FailureCount>,
+    site_results: Vec<WindowResult<StrKey, SiteCounts>>,
+    reboot_results: Vec<WindowResult<StrKey, Reboots>>,
     retention: Retention,
     written: Scalar,
 }
@@ -324,7 +324,7 @@ mod tests {
         }
         h.record(event("dev-301", "site-c", EventType::Reboot, "rebooting", 33_000));
         let out = h.finish();
-        let loops: Vec<(String, Millis, u64)> = out
+        let loops: Vec<(StrKey, Millis, u64)> = out
             .iter()
             .filter_map(|o| match o {
                 DeviceOutput::Anomaly(DeviceAnomaly::RebootLoop(r)) => {
@@ -333,7 +333,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(loops, vec![("dev-300".to_string(), 32_000, 4)]);
+        assert_eq!(loops, vec![("dev-300".into(), 32_000, 4)]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use vigil_model::output::{EnrichedPayment, RecordType};
 use vigil_model::{Config, Millis, Order, Payment};
 use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
-use vigil_stream::state::KeyedState;
+use vigil_stream::state::{KeyedState, StrKey};
 use vigil_stream::timers::TimerQueue;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Operator;
@@ -39,8 +39,8 @@ pub struct JoinEnrich {
     window_ms: Millis,
     tolerance: f64,
     watermark: Millis,
-    keys: KeyedState<String, JoinKeyState>,
-    timers: TimerQueue<String>,
+    keys: KeyedState<StrKey, JoinKeyState>,
+    timers: TimerQueue<StrKey>,
     /// Event times of the pending payments (a multiset), for the watermark hold.
     pending_ts: BTreeMap<Millis, u32>,
     written: Scalar,
@@ -111,7 +111,7 @@ impl JoinEnrich {
         }
         *self.pending_ts.entry(payment.payment_ts).or_default() += 1;
         self.keys.get_or_insert_with(&key, JoinKeyState::default).pending_payments.push(payment);
-        self.timers.register(expires, key);
+        self.timers.register(expires, key.clone());
     }
 
     fn expire(&mut self, key: &str, out: &mut Vec<EnrichedPayment>) {

@@ -92,10 +92,10 @@ pub struct PaymentAnomalies {
     floor: f64,
     min_samples: u64,
     watermark: Millis,
-    waiting: EventTimeBuffer<String, Arc<EnrichedPayment>>,
+    waiting: EventTimeBuffer<StrKey, Arc<EnrichedPayment>>,
     stats: KeyedState<StrKey, RunningStats>,
-    velocity: KeyedWindows<String, Velocity>,
-    fired: Vec<WindowResult<String, Velocity>>,
+    velocity: KeyedWindows<StrKey, Velocity>,
+    fired: Vec<WindowResult<StrKey, Velocity>>,
     retention: Retention,
     written: Scalar,
 }
@@ -276,7 +276,7 @@ mod tests {
         test_records::enriched(id, customer, amount, Some(amount), ts)
     }
 
-    fn amounts(out: &[AnomalyOutput]) -> Vec<(String, f64, f64)> {
+    fn amounts(out: &[AnomalyOutput]) -> Vec<(StrKey, f64, f64)> {
         out.iter()
             .filter_map(|o| match o {
                 AnomalyOutput::Anomaly(PaymentAnomaly::Amount(a)) => {
@@ -343,10 +343,10 @@ mod tests {
         h.record(paid("cold", "cust-001", 4_999.0, T + 4_000));
         h.record(paid("cold-over", "cust-002", 5_000.01, T + 4_000));
         let out = h.watermark(T + 5_000);
-        assert_eq!(amounts(&out), vec![("cold-over".to_string(), 5_000.01, 5_000.0)]);
+        assert_eq!(amounts(&out), vec![("cold-over".into(), 5_000.01, 5_000.0)]);
 
         // Five samples: mean + 3σ = 130.870 03; just under it is normal, far over is not.
-        for (last, expected) in [(130.86, vec![]), (9_800.0, vec![("last".to_string(), 9_800.0, 130.87)])] {
+        for (last, expected) in [(130.86, vec![]), (9_800.0, vec![("last".into(), 9_800.0, 130.87)])] {
             let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
             for (i, amount) in [114.15, 98.94, 104.62, 117.6, 106.68].into_iter().enumerate() {
                 h.record(paid(&format!("p{i}"), "cust-001", amount, T + i as Millis * 1000));

@@ -37,7 +37,7 @@ impl Service for DeviceAnalyticsService {
     fn encode(&self, codec: &Codec, output: DeviceOutput) -> Result<Outgoing, CodecError> {
         Ok(match output {
             DeviceOutput::Metrics(m) => {
-                Outgoing { topic: DEVICE_METRICS, key: m.site_id.clone(), value: codec.encode(DEVICE_METRICS, &m)? }
+                Outgoing { topic: DEVICE_METRICS, key: m.site_id.to_string(), value: codec.encode(DEVICE_METRICS, &m)? }
             }
             DeviceOutput::Anomaly(a) => {
                 let key = match &a {
@@ -45,11 +45,11 @@ impl Service for DeviceAnalyticsService {
                     DeviceAnomaly::RebootLoop(x) => x.device_id.clone(),
                     DeviceAnomaly::FirmwareFailure(x) => x.site_id.clone(),
                 };
-                Outgoing { topic: DEVICE_ANOMALIES, key, value: codec.encode(DEVICE_ANOMALIES, &a)? }
+                Outgoing { topic: DEVICE_ANOMALIES, key: key.to_string(), value: codec.encode(DEVICE_ANOMALIES, &a)? }
             }
             DeviceOutput::Late(l) => Outgoing {
                 topic: DEVICE_EVENTS_LATE,
-                key: l.site_id.clone(),
+                key: l.site_id.to_string(),
                 value: codec.encode(DEVICE_EVENTS_LATE, &l)?,
             },
         })

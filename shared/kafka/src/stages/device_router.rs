@@ -39,12 +39,12 @@ impl Service for DeviceRouterService {
         Ok(match output {
             Routed::OnTime(e) => Outgoing {
                 topic: DEVICE_EVENTS_ONTIME,
-                key: e.site_id.clone(),
+                key: e.site_id.to_string(),
                 value: codec.encode(DEVICE_EVENTS_ONTIME, &e)?,
             },
             Routed::Late(l) => Outgoing {
                 topic: DEVICE_EVENTS_LATE,
-                key: l.site_id.clone(),
+                key: l.site_id.to_string(),
                 value: codec.encode(DEVICE_EVENTS_LATE, &l)?,
             },
         })

@@ -40,7 +40,7 @@ impl Service for PaymentAnomaliesService {
                     PaymentAnomaly::Amount(x) => x.customer_id.clone(),
                     PaymentAnomaly::Velocity(x) => x.customer_id.clone(),
                 };
-                Outgoing { topic: PAYMENT_ANOMALIES, key, value: codec.encode(PAYMENT_ANOMALIES, &a)? }
+                Outgoing { topic: PAYMENT_ANOMALIES, key: key.to_string(), value: codec.encode(PAYMENT_ANOMALIES, &a)? }
             }
             AnomalyOutput::Late(l) => Outgoing::late_payment(codec, &l)?,
         })
