@@ -36,22 +36,25 @@ pub enum Line {
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 const DEAD_LINE_PREFIX: usize = 1 << 10;
 
-/// A raw line, or the start of one longer than [`MAX_LINE_BYTES`].
+/// What a line source put in the line buffer: a whole line, or the start of one
+/// longer than [`MAX_LINE_BYTES`].
 enum RawLine {
-    Whole(Vec<u8>),
-    TooLong { start: Vec<u8>, bytes: u64 },
+    Whole,
+    TooLong { bytes: u64 },
 }
 
-type RawLines = Box<dyn Iterator<Item = io::Result<RawLine>>>;
+/// Lines read into one buffer, reused line after line: reading a line allocates
+/// nothing once the buffer has grown to the longest line.
+trait LineSource {
+    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>>;
+}
 
 /// Lines of a reader, none held beyond [`MAX_LINE_BYTES`].
 struct BoundedLines<R>(R);
 
-impl<R: BufRead> Iterator for BoundedLines<R> {
-    type Item = io::Result<RawLine>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut line = Vec::new();
+impl<R: BufRead> LineSource for BoundedLines<R> {
+    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>> {
+        line.clear();
         let mut bytes = 0u64;
         let mut seen_any = false;
         loop {
@@ -80,34 +83,50 @@ impl<R: BufRead> Iterator for BoundedLines<R> {
         }
         Some(Ok(if line.len() > MAX_LINE_BYTES {
             line.truncate(DEAD_LINE_PREFIX);
-            RawLine::TooLong { start: line, bytes }
+            RawLine::TooLong { bytes }
         } else {
-            RawLine::Whole(line)
+            RawLine::Whole
         }))
+    }
+}
+
+/// Lines already in memory (the built-in planted dataset).
+struct StringLines<I>(I);
+
+impl<I: Iterator<Item = String>> LineSource for StringLines<I> {
+    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>> {
+        let next = self.0.next()?;
+        line.clear();
+        line.extend_from_slice(next.as_bytes());
+        Some(Ok(RawLine::Whole))
     }
 }
 
 pub struct StreamReader {
     source: Source,
-    lines: RawLines,
+    lines: Box<dyn LineSource>,
+    line: Vec<u8>,
     line_number: u64,
 }
 
 impl StreamReader {
     /// NDJSON lines of a reader (a file's content, say).
     pub fn from_reader(source: Source, reader: impl BufRead + 'static) -> Self {
-        StreamReader { source, lines: Box::new(BoundedLines(reader)), line_number: 0 }
+        Self::of(source, Box::new(BoundedLines(reader)))
     }
 
     pub fn from_lines(source: Source, lines: impl IntoIterator<Item = String> + 'static) -> Self {
-        let lines = lines.into_iter().map(|l| Ok(RawLine::Whole(l.into_bytes())));
-        StreamReader { source, lines: Box::new(lines), line_number: 0 }
+        Self::of(source, Box::new(StringLines(lines.into_iter())))
+    }
+
+    fn of(source: Source, lines: Box<dyn LineSource>) -> Self {
+        StreamReader { source, lines, line: Vec::new(), line_number: 0 }
     }
 
     /// The next non-blank line, parsed.
     pub fn next_line(&mut self) -> Option<io::Result<Line>> {
         loop {
-            let raw = match self.lines.next()? {
+            let raw = match self.lines.next_into(&mut self.line)? {
                 Ok(raw) => raw,
                 Err(e) => return Some(Err(e)),
             };
@@ -119,16 +138,13 @@ impl StreamReader {
                 reason,
                 line,
             };
-            let raw = match raw {
-                RawLine::Whole(raw) => raw,
-                RawLine::TooLong { start, bytes } => {
-                    let reason = format!(
-                        "line is {bytes} bytes, over the limit of {MAX_LINE_BYTES}; only its first {DEAD_LINE_PREFIX} are kept here"
-                    );
-                    return Some(Ok(Line::Dead(dead(reason, String::from_utf8_lossy(&start).into()))));
-                }
-            };
-            let raw = raw.strip_suffix(b"\r").unwrap_or(&raw);
+            if let RawLine::TooLong { bytes } = raw {
+                let reason = format!(
+                    "line is {bytes} bytes, over the limit of {MAX_LINE_BYTES}; only its first {DEAD_LINE_PREFIX} are kept here"
+                );
+                return Some(Ok(Line::Dead(dead(reason, String::from_utf8_lossy(&self.line).into()))));
+            }
+            let raw = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
             if raw.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
