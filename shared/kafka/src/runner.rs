@@ -566,23 +566,6 @@ impl<S: Service> Runner<S> {
             |task, key, value| Ok(core.restore_entry(task, key, value)?),
         )?;
         let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
-        if !restored.left_open.is_empty() && !corrections.is_empty() {
-            // The open transaction may be a commit whose markers wait on the broker:
-            // its offsets are committed, its state not yet readable, and reading on
-            // from the state's offsets would do that commit's work again. Judged
-            // across all tasks, not per task: one commit spans every task, so a
-            // task whose partition is readable may be corrected ahead while the
-            // open ones hold the same commit back (chaos SEED=17).
-            bail!(
-                "the state restored from `{}` disagrees on {} input partitions with the offsets committed with it, \
-                 while a transaction on changelog partitions {:?} is still open; starting over to restore again once it \
-                 has ended. If this repeats while the broker answers, `kafka-transactions.sh find-hanging` shows a \
-                 hanging transaction and `kafka-transactions.sh abort` ends it",
-                self.changelog,
-                corrections.len(),
-                restored.left_open
-            );
-        }
         let took = started.elapsed();
         self.metrics.restored_records.inc_by(restored.records);
         self.metrics.restore_seconds.set(took.as_secs_f64());
