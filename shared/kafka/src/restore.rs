@@ -134,9 +134,10 @@ type Readable = BTreeMap<i32, (i64, i64)>;
 /// suite: going on without it, and with the group's offsets of the commit before,
 /// did that commit's work again once its markers landed), so the restore fails and
 /// the member starts over to restore again later. A hanging transaction (one its
-/// coordinator does not know) would hold it for good; brokers since Kafka 3.6 verify
-/// transactional writes, which keeps them from arising. Returns what the reader can
-/// read of each partition: its first offset and its last stable one.
+/// coordinator no longer knows) holds it until an operator aborts it, as the error
+/// says how: chaos SEED=24 left one on every partition of a changelog after broker
+/// crashes, on a Kafka 4 broker that verifies transactional writes. Returns what the
+/// reader can read of each partition: its first offset and its last stable one.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
@@ -171,8 +172,9 @@ fn wait_for_open_transactions(
                 "a transaction on partitions {open:?} of `{changelog}` is still open after {OPEN_TRANSACTION_WAIT:?}: \
                  a commit whose markers wait on a broker in trouble, or a hanging transaction. Restoring without it \
                  could do committed work again, so the member starts over to restore later. If this repeats while \
-                 the broker answers, `kafka-transactions.sh find-hanging` shows a hanging transaction and \
-                 `kafka-transactions.sh abort` ends it"
+                 the broker answers, the transaction hangs: `kafka-transactions.sh describe-producers --topic \
+                 {changelog} --partition <p>` shows where it starts (CurrentTransactionStartOffset), and \
+                 `kafka-transactions.sh abort --topic {changelog} --partition <p> --start-offset <offset>` ends it"
             );
         }
         if !noticed && waited > OPEN_TRANSACTION_NOTICE {
