@@ -552,17 +552,26 @@ impl<S: Service> Runner<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
+        if self.in_transaction {
+            // A transaction of this member open during the restore would be taken for
+            // a hanging one (see `restore::abort_own_open_transactions`).
+            self.metrics.aborts.inc();
+            self.fence_open_transaction()?;
+        }
         for &task in tasks {
             self.core.begin_restore(task);
         }
-        let core = &mut self.core;
-        let partitions = core.partitions();
+        let Self { core, producer, changelog, settings, .. } = self;
         let restored = restore::read_tasks(
-            &self.settings.bootstrap_servers,
-            &self.settings.group_id,
-            &self.changelog,
-            partitions,
+            &settings.bootstrap_servers,
+            &settings.group_id,
+            changelog,
+            core.partitions(),
             tasks,
+            |open| {
+                restore::abort_own_open_transactions(producer, changelog, open)
+                    .map_err(|e| fatal(&settings.transactional_id, e))
+            },
             |task, key, value| Ok(core.restore_entry(task, key, value)?),
         )?;
         let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
@@ -1005,16 +1014,24 @@ impl<S: Service> Runner<S> {
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))
     }
 
-    /// A fenced or otherwise fatal producer cannot go on: another member with the
-    /// same transactional id has taken over.
     fn fatal(&self, e: KafkaError) -> anyhow::Error {
-        match &e {
-            KafkaError::Transaction(t) if t.is_fatal() => self.fenced(e.to_string()),
-            _ => anyhow!(e),
-        }
+        fatal(&self.settings.transactional_id, e)
     }
 
     fn fenced(&self, reason: String) -> anyhow::Error {
-        anyhow::Error::new(Fenced { transactional_id: self.settings.transactional_id.clone(), reason })
+        fenced(&self.settings.transactional_id, reason)
     }
+}
+
+/// A fenced or otherwise fatal producer cannot go on: another member with the same
+/// transactional id has taken over.
+fn fatal(transactional_id: &str, e: KafkaError) -> anyhow::Error {
+    match &e {
+        KafkaError::Transaction(t) if t.is_fatal() => fenced(transactional_id, e.to_string()),
+        _ => anyhow!(e),
+    }
+}
+
+fn fenced(transactional_id: &str, reason: String) -> anyhow::Error {
+    anyhow::Error::new(Fenced { transactional_id: transactional_id.to_string(), reason })
 }
