@@ -9,6 +9,7 @@ pub mod codec;
 pub mod connection;
 pub mod core;
 pub mod election;
+pub mod epoch;
 pub mod group;
 pub mod markers;
 pub mod metrics;

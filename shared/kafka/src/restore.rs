@@ -3,7 +3,6 @@
 //! back), in order, the task's own entries handed to the core.
 
 use crate::connection;
-use crate::produce::Kafka;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,6 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tracing::{info, warn};
@@ -30,14 +28,6 @@ const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(30);
 const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
 /// After this long waiting, a restore says what it waits for.
 const OPEN_TRANSACTION_NOTICE: Duration = Duration::from_secs(5);
-/// After this long waiting, a restore ends what the member's own producer id holds
-/// open (see [`abort_own_open_transactions`]): long enough for the markers of another
-/// member's commit to land in the common case, so that the extra transaction is rare.
-const OWN_TRANSACTION_WAIT: Duration = Duration::from_secs(2);
-const ABORT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The key of the record written to end a hanging transaction: its task prefix is no
-/// task's, so even a reader of aborted records would pass it by.
-const NO_TASK: [u8; 4] = u32::MAX.to_be_bytes();
 
 /// The reader waits for the end of its partition, which librdkafka also reports as
 /// an error; only real errors are worth a log line.
@@ -63,16 +53,13 @@ pub struct Restored {
 }
 
 /// Feeds `apply` every entry of the given tasks, each in its changelog partition
-/// (`task % partitions`), in order; all partitions are read at once. `end_own`
-/// ends the transactions of the member's producer id left open on the partitions it
-/// is given (see [`abort_own_open_transactions`]).
+/// (`task % partitions`), in order; all partitions are read at once.
 pub fn read_tasks(
     bootstrap_servers: &str,
     group_id: &str,
     changelog: &str,
     partitions: i32,
     tasks: &[i32],
-    end_own: impl FnOnce(&BTreeSet<i32>) -> Result<()>,
     mut apply: impl FnMut(i32, &[u8], Option<&[u8]>) -> Result<()>,
 ) -> Result<Restored> {
     let reader: BaseConsumer<QuietEof> = connection::client_config(bootstrap_servers)
@@ -88,7 +75,7 @@ pub fn read_tasks(
         .create_with_context(QuietEof)
         .context("cannot create the changelog reader")?;
     let mut pending: BTreeSet<i32> = tasks.iter().map(|t| t % partitions).collect();
-    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending, end_own)?;
+    let readable = wait_for_open_transactions(bootstrap_servers, &reader, changelog, &pending)?;
     // A partition that holds nothing (a new stage's) is done without reading: waiting
     // for its end-of-partition event costs about half a second of start-up.
     pending.retain(|p| readable[p].0 < readable[p].1);
@@ -142,23 +129,21 @@ type Readable = BTreeMap<i32, (i64, i64)>;
 /// restore that read without it would bring back state older than the offsets
 /// committed with it, or some tasks' state of one commit and others' of the commit
 /// before, and redo committed work. One that will abort (its writer died) ends at
-/// the transaction timeout. One of the member's own producer id is a hanging one
-/// (its coordinator no longer knows it: chaos SEED=24 left one on every partition of
-/// a changelog after broker crashes, on a Kafka 4 broker that verifies transactional
-/// writes), and after [`OWN_TRANSACTION_WAIT`] `end_own` ends it. One still open
-/// after [`OPEN_TRANSACTION_WAIT`] is most likely a commit whose markers wait on a
-/// broker in trouble (seen in the chaos suite: going on without it, and with the
-/// group's offsets of the commit before, did that commit's work again once its
-/// markers landed), so the restore fails and the member starts over to restore again
-/// later; if another member's producer id left it hanging, the error says how an
-/// operator ends it. Returns what the reader can read of each partition: its first
-/// offset and its last stable one.
+/// the transaction timeout. One still open after [`OPEN_TRANSACTION_WAIT`] is most
+/// likely a commit whose markers wait on a broker in trouble (seen in the chaos
+/// suite: going on without it, and with the group's offsets of the commit before,
+/// did that commit's work again once its markers landed), so the restore fails and
+/// the member starts over to restore again later. A hanging transaction (one its
+/// coordinator no longer knows) of the member's own producer id is not there: its
+/// new epoch has claimed the partition and aborted it (see `epoch`). One of another
+/// producer id (an instance that no longer runs) holds it until an operator aborts
+/// it, as the error says how. Returns what the reader can read of each partition: its
+/// first offset and its last stable one.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     reader: &BaseConsumer<QuietEof>,
     changelog: &str,
     partitions: &BTreeSet<i32>,
-    end_own: impl FnOnce(&BTreeSet<i32>) -> Result<()>,
 ) -> Result<Readable> {
     let uncommitted: BaseConsumer = connection::client_config(bootstrap_servers)
         .set("isolation.level", "read_uncommitted")
@@ -176,7 +161,6 @@ fn wait_for_open_transactions(
     let written = ends(&|p| uncommitted.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
     let started = Instant::now();
     let mut noticed = false;
-    let mut end_own = Some(end_own);
     loop {
         let readable = ends(&|p| reader.fetch_watermarks(changelog, p, WATERMARKS_TIMEOUT))?;
         let open: BTreeSet<i32> = partitions.iter().copied().filter(|p| readable[p].1 < written[p].1).collect();
@@ -184,19 +168,12 @@ fn wait_for_open_transactions(
             return Ok(readable);
         }
         let waited = started.elapsed();
-        if waited > OWN_TRANSACTION_WAIT {
-            if let Some(end_own) = end_own.take() {
-                info!(changelog, partitions = ?open, "ending any transaction of this member's producer id left open");
-                end_own(&open).context("cannot end a transaction of this member's producer id left open")?;
-            }
-        }
         if waited > OPEN_TRANSACTION_WAIT {
             bail!(
                 "a transaction on partitions {open:?} of `{changelog}` is still open after {OPEN_TRANSACTION_WAIT:?}: \
                  a commit whose markers wait on a broker in trouble, or a hanging transaction of another member's \
-                 producer id (this member ended its own). Restoring without it could do committed work again, so \
-                 the member starts over to restore later. If this repeats while the broker answers, the \
-                 transaction hangs: `kafka-transactions.sh describe-producers --topic \
+                 producer id. Restoring without it could do committed work again, so the member starts over to \
+                 restore later. If this repeats while the broker answers, the transaction hangs: `kafka-transactions.sh describe-producers --topic \
                  {changelog} --partition <p>` shows where it starts (CurrentTransactionStartOffset), and \
                  `kafka-transactions.sh abort --topic {changelog} --partition <p> --start-offset <offset>` ends it"
             );
@@ -212,25 +189,4 @@ fn wait_for_open_transactions(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Ends every transaction of `producer`'s producer id left open on the changelog
-/// partitions: a transaction of its own writes a record to each and aborts. A
-/// partition's abort marker ends all that the producer id has open there, whatever the
-/// epoch it was begun under (the broker takes the new epoch's write into the open
-/// transaction, and the marker closes it). Called once the producer's
-/// `init_transactions` has returned, which waits for the markers of every earlier
-/// transaction its coordinator knows: any transaction of this producer id still open
-/// then is one no marker would ever end. Another producer's open transaction it leaves
-/// alone.
-pub fn abort_own_open_transactions(producer: &Kafka, changelog: &str, partitions: &BTreeSet<i32>) -> KafkaResult<()> {
-    producer.begin_transaction()?;
-    for &p in partitions {
-        let record = BaseRecord::<[u8], [u8]>::to(changelog).partition(p).key(&NO_TASK[..]);
-        producer.send(record).map_err(|(e, _)| e)?;
-    }
-    // The abort drops records not yet sent, and the marker reaches only partitions
-    // the transaction wrote to.
-    producer.flush(ABORT_TIMEOUT)?;
-    producer.abort_transaction(ABORT_TIMEOUT)
 }

@@ -33,6 +33,7 @@ use crate::cadence::Cadence;
 use crate::codec::{Codec, CodecError};
 use crate::core::{CommitBatch, Correction, Incoming, Rewind, Routed, Slot, TaskCore};
 use crate::election::Leadership;
+use crate::epoch;
 use crate::group::{GroupContext, Membership, RebalanceLog, SharedLog, Standing};
 use crate::markers;
 use crate::metrics::{now_ms, MemberMetrics};
@@ -129,6 +130,9 @@ pub struct Runner<S: Service> {
     topics: Vec<(String, Topic)>,
     watermarked: Vec<Topic>,
     changelog: String,
+    /// Every topic the member writes: its outputs, dead letters, repartition topics
+    /// and changelog.
+    written: Vec<String>,
     /// How long each assigned source partition has been silent, for idleness and
     /// for a consumer stuck on one.
     silence: Silence,
@@ -179,9 +183,14 @@ impl<S: Service> Runner<S> {
         let service = core.service();
         let topics: Vec<(String, Topic)> = core.inputs().iter().map(|i| (i.name.clone(), i.records)).collect();
         let mut names: Vec<String> = topics.iter().map(|(name, _)| name.clone()).collect();
-        names.extend(service.outputs().iter().map(|t| t.name.to_string()));
-        names.push(DEAD_LETTERS.name.to_string());
-        names.push(topics::changelog(service.name()));
+        let repartitions = core.inputs().iter().filter(|i| matches!(i.kind, InputKind::Repartition { .. }));
+        let written: Vec<String> = (service.outputs().iter().chain([&DEAD_LETTERS]).map(|t| t.name.to_string()))
+            .chain(repartitions.map(|i| i.name.clone()))
+            .chain([topics::changelog(service.name())])
+            .collect();
+        names.extend(written.iter().cloned());
+        names.sort();
+        names.dedup();
         topics::check(&consumer, &names, partitions)?;
         let Observers { metrics, status, beat } = observers;
         let records_in = topics.iter().map(|(name, _)| metrics.records_in(name)).collect();
@@ -190,6 +199,7 @@ impl<S: Service> Runner<S> {
         Ok(Runner {
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
+            written,
             silence: Silence::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
             redelivered: HashSet::new(),
             cadence: Cadence::new(settings.commit_interval),
@@ -237,7 +247,7 @@ impl<S: Service> Runner<S> {
     fn run_member(&mut self, shutdown: &AtomicBool, election: &mut Option<Leadership>) -> Result<()> {
         match self.core.service().parallelism() {
             Parallelism::PerPartition => {
-                self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+                self.init_transactions()?;
                 let names: Vec<&str> = self.topics.iter().map(|(name, _)| name.as_str()).collect();
                 self.consumer.subscribe(&names).context("cannot subscribe")?;
                 self.set_role(Role::Active);
@@ -293,7 +303,7 @@ impl<S: Service> Runner<S> {
     /// A global stage's leader: every partition, until the lead is lost.
     fn lead(&mut self, shutdown: &AtomicBool, election: &Leadership) -> Result<()> {
         // Fences the previous leader and aborts what it left open.
-        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        self.init_transactions()?;
         let mut tpl = TopicPartitionList::new();
         for (i, p) in self.core.all_slots() {
             tpl.add_partition(&self.topics[i].0, p);
@@ -552,26 +562,17 @@ impl<S: Service> Runner<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        if self.in_transaction {
-            // A transaction of this member open during the restore would be taken for
-            // a hanging one (see `restore::abort_own_open_transactions`).
-            self.metrics.aborts.inc();
-            self.fence_open_transaction()?;
-        }
         for &task in tasks {
             self.core.begin_restore(task);
         }
-        let Self { core, producer, changelog, settings, .. } = self;
+        let core = &mut self.core;
+        let partitions = core.partitions();
         let restored = restore::read_tasks(
-            &settings.bootstrap_servers,
-            &settings.group_id,
-            changelog,
-            core.partitions(),
+            &self.settings.bootstrap_servers,
+            &self.settings.group_id,
+            &self.changelog,
+            partitions,
             tasks,
-            |open| {
-                restore::abort_own_open_transactions(producer, changelog, open)
-                    .map_err(|e| fatal(&settings.transactional_id, e))
-            },
             |task, key, value| Ok(core.restore_entry(task, key, value)?),
         )?;
         let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
@@ -1011,27 +1012,30 @@ impl<S: Service> Runner<S> {
     fn fence_open_transaction(&mut self) -> Result<()> {
         self.in_transaction = false;
         self.replace_producer()?;
-        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))
+        self.init_transactions()
     }
 
+    /// The producer's `init_transactions` (a new epoch, which fences older ones and
+    /// waits for their transactions to end), then that epoch's claim on every
+    /// partition the member writes (see `epoch`): a write of an older epoch still on
+    /// its way is refused from then on, and one that came first is aborted.
+    fn init_transactions(&mut self) -> Result<()> {
+        self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
+        epoch::claim_partitions(&self.producer, &self.written, self.core.partitions(), IO_TIMEOUT)
+            .map_err(|e| self.fatal(e))
+            .context("cannot claim the partitions this member writes for its new producer epoch")
+    }
+
+    /// A fenced or otherwise fatal producer cannot go on: another member with the
+    /// same transactional id has taken over.
     fn fatal(&self, e: KafkaError) -> anyhow::Error {
-        fatal(&self.settings.transactional_id, e)
+        match &e {
+            KafkaError::Transaction(t) if t.is_fatal() => self.fenced(e.to_string()),
+            _ => anyhow!(e),
+        }
     }
 
     fn fenced(&self, reason: String) -> anyhow::Error {
-        fenced(&self.settings.transactional_id, reason)
+        anyhow::Error::new(Fenced { transactional_id: self.settings.transactional_id.clone(), reason })
     }
-}
-
-/// A fenced or otherwise fatal producer cannot go on: another member with the same
-/// transactional id has taken over.
-fn fatal(transactional_id: &str, e: KafkaError) -> anyhow::Error {
-    match &e {
-        KafkaError::Transaction(t) if t.is_fatal() => fenced(transactional_id, e.to_string()),
-        _ => anyhow!(e),
-    }
-}
-
-fn fenced(transactional_id: &str, reason: String) -> anyhow::Error {
-    anyhow::Error::new(Fenced { transactional_id: transactional_id.to_string(), reason })
 }

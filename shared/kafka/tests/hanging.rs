@@ -178,9 +178,9 @@ fn transactional_batch(producer_id: i64, epoch: i16, key: &[u8], value: &[u8]) -
 
 /// Runs every stage, leaves a hanging write of payment-anomalies' producer id halfway
 /// through the input with `leave_hanging` (given the broker, the producer id and its
-/// new epoch), and checks that the stage gets past it by itself, saying so with
-/// `ended`, and that the output is the embedded runtime's.
-fn survives_a_hanging_write(run_prefix: &str, leave_hanging: impl FnOnce(&Stack, i64, i16), ended: &str) {
+/// new epoch), and checks that the stage gets past it by itself and that the output
+/// is the embedded runtime's. Returns the stage's log.
+fn survives_a_hanging_write(run_prefix: &str, leave_hanging: impl FnOnce(&Stack, i64, i16)) -> String {
     let (_one, stack, services) = start(run_prefix);
     let input: Vec<Line> = MergedInput::planted(20, 13).map(Result::unwrap).collect();
     let (first, rest) = input.split_at(input.len() / 2);
@@ -210,11 +210,7 @@ fn survives_a_hanging_write(run_prefix: &str, leave_hanging: impl FnOnce(&Stack,
     }
     let (got, _) = stack.wait_for(&expected, Duration::from_secs(180));
     assert_same(&got, &expected, "Kafka output after a hanging write differs from the embedded runtime");
-    assert!(
-        anomalies.log_text().contains(ended),
-        "{STAGE} met the hanging write and ended it:\n{}",
-        anomalies.log_text()
-    );
+    anomalies.log_text()
 }
 
 #[test]
@@ -231,13 +227,15 @@ fn a_hanging_offset_commit_of_its_own_producer_does_not_stop_a_stage() {
         let at = 4 + 4 + 2 + ENRICHED_PAYMENTS.name.len() + 4 + 4;
         assert_eq!(i16_at(&answer, at), 0, "TxnOffsetCommit error code");
     };
-    survives_a_hanging_write("hanging-", leave_hanging, "ended what this member left open");
+    let log = survives_a_hanging_write("hanging-", leave_hanging);
+    assert!(log.contains("ended what this member left open"), "{STAGE} met the hanging commit and ended it:\n{log}");
 }
 
 /// As chaos SEED=24 met after broker crashes: a transaction of the stage's own
 /// producer id open on every partition of its changelog, which its coordinator does
-/// not know. The member meets it when it restores (the new epoch fences it, and it
-/// starts over).
+/// not know. The new epoch fences the member; it starts over, and its next epoch's
+/// claim on its partitions ends the transaction before it restores (without the
+/// claim, the restore waits on it for good).
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
 fn a_hanging_changelog_transaction_of_its_own_producer_does_not_stop_a_stage() {
@@ -258,9 +256,5 @@ fn a_hanging_changelog_transaction_of_its_own_producer_does_not_stop_a_stage() {
             assert_eq!(i16_at(&answer, at), 0, "Produce error code on `{topic}` [{p}]");
         }
     };
-    survives_a_hanging_write(
-        "hanging-changelog-",
-        leave_hanging,
-        "ending any transaction of this member's producer id",
-    );
+    survives_a_hanging_write("hanging-changelog-", leave_hanging);
 }
