@@ -113,7 +113,8 @@ impl PaymentAnomalies {
             watermark: NO_WATERMARK,
             waiting: EventTimeBuffer::default(),
             stats: KeyedState::default(),
-            velocity: KeyedWindows::new(windows, 0).emitting_only(move |v: &Velocity| v.count > max_transactions),
+            velocity: KeyedWindows::new(windows, 0)
+                .emitting_only_monotone(move |v: &Velocity| v.count > max_transactions),
             fired: Vec::new(),
             retention: Retention::new(Config::ttl_ms(config.retention.payment_anomalies_ttl_seconds)),
             written: Scalar::default(),

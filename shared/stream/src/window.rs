@@ -108,6 +108,9 @@ pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     allowed_lateness: Millis,
     /// Which results are worth emitting; the rest are never built.
     wanted: Box<dyn Fn(&A) -> bool + Send>,
+    /// A key whose panes together fail `wanted` passes its windows over (see
+    /// [`KeyedWindows::emitting_only_monotone`]).
+    gated: bool,
     keys: KeyedState<K, KeyWindows<A>>,
     timers: TimerQueue<K>,
 }
@@ -118,6 +121,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             windows,
             allowed_lateness,
             wanted: Box::new(|_| true),
+            gated: false,
             keys: KeyedState::default(),
             timers: TimerQueue::default(),
         }
@@ -128,6 +132,19 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     pub fn emitting_only(mut self, wanted: impl Fn(&A) -> bool + Send + 'static) -> Self {
         self.wanted = Box::new(wanted);
         self
+    }
+
+    /// As [`KeyedWindows::emitting_only`], for a `wanted` that fails for every part of
+    /// a merge it fails for (a count above a threshold, say). A key whose panes
+    /// together fail it has no window worth a result, so it keeps no timer per slide,
+    /// only one for its first pane's end, and its due windows are passed over without
+    /// merging until an event makes its panes pass. The results are the same. Not
+    /// with allowed lateness: there a window's revisions count the results that were
+    /// not emitted, so every window is still merged.
+    pub fn emitting_only_monotone(self, wanted: impl Fn(&A) -> bool + Send + 'static) -> Self {
+        let mut windows = self.emitting_only(wanted);
+        windows.gated = windows.allowed_lateness == 0;
+        windows
     }
 
     /// Adds an event at `ts`, judged against `watermark`. When the event changes
@@ -147,9 +164,18 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
             return Err(TooLate);
         }
         let state = self.keys.get_or_insert_with(key, KeyWindows::default);
+        let was_quiet = self.gated && is_quiet(&*self.wanted, &state.panes);
+        if was_quiet {
+            // No timer passed its due windows over: that is done before the event
+            // can change them, as their firing would have been.
+            pass_due(state, w, watermark);
+        }
         update(state.panes.get_or_default(pane));
+        // Woken: its panes pass now, and its timer must follow its windows again.
+        let woke = was_quiet && !is_quiet(&*self.wanted, &state.panes);
         let first_end = pane + w.slide;
-        if first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end) {
+        if !woke && first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end)
+        {
             // The common, in-order case: none of this pane's windows has fired or is
             // due, and the key's timer comes before the first of them.
             return Ok(());
@@ -194,6 +220,11 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         let (w, lateness) = (self.windows, self.allowed_lateness);
         let Some(state) = self.keys.get_mut(key) else { return };
+        let quiet = self.gated && is_quiet(&*self.wanted, &state.panes);
+        if quiet {
+            pass_due(state, w, watermark);
+        }
+        // (After `pass_due`, nothing is due.)
         while let Some(end) = next_fire_end(&state.panes, state.fired_upto, w) {
             if end > watermark {
                 break;
@@ -214,7 +245,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         state.panes.forget_while(|pane| closed_for_good(pane + w.size, watermark, lateness));
         state.revisions.retain(|&start, _| !closed_for_good(start + w.size, watermark, lateness));
         let next = [
-            next_fire_end(&state.panes, state.fired_upto, w),
+            next_fire_end(&state.panes, state.fired_upto, w).filter(|_| !quiet),
             state.panes.first_start().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
             state.revisions.keys().next().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
         ]
@@ -273,6 +304,20 @@ fn closed_for_good(end: Millis, watermark: Millis, allowed_lateness: Millis) -> 
 fn next_fire_end<A>(panes: &Panes<A>, fired_upto: Millis, w: SlidingWindows) -> Option<Millis> {
     let pane = panes.first_from(fired_upto.saturating_sub(w.size).saturating_add(1))?;
     Some(fired_upto.saturating_add(w.slide).max(pane + w.slide))
+}
+
+/// Marks every due window of the key fired, without a result: as the firing loop
+/// does for windows whose results are not wanted.
+fn pass_due<A>(state: &mut KeyWindows<A>, w: SlidingWindows, watermark: Millis) {
+    while let Some(end) = next_fire_end(&state.panes, state.fired_upto, w).filter(|&end| end <= watermark) {
+        state.fired_upto = end;
+    }
+}
+
+/// Whether the key's panes together fail `wanted`: then, for a monotone `wanted`, so
+/// does every window of them.
+fn is_quiet<A: Aggregate>(wanted: &dyn Fn(&A) -> bool, panes: &Panes<A>) -> bool {
+    !wanted(&merge_panes(panes, Window { start: Millis::MIN, end: Millis::MAX }))
 }
 
 fn merge_panes<A: Aggregate>(panes: &Panes<A>, window: Window) -> A {
@@ -360,5 +405,48 @@ mod tests {
         let mut out = Vec::new();
         kw.add(&"k", 4500, 6000, |c: &mut Count| c.0 += 1, &mut out).unwrap();
         assert_eq!(results(&out), vec![(0, 5000, 1, 1)]);
+    }
+
+    /// A small deterministic generator (xorshift), for the property below.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    #[test]
+    fn a_monotone_filter_passes_quiet_keys_over_with_the_same_results() {
+        for seed in 1..=300u64 {
+            let windows = SlidingWindows::sliding(5000, 1000);
+            let mut plain = KeyedWindows::new(windows, 0).emitting_only(|c: &Count| c.0 > 2);
+            let mut gated = KeyedWindows::new(windows, 0).emitting_only_monotone(|c: &Count| c.0 > 2);
+            let (mut rng, mut watermark) = (Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)), 0);
+            let (mut from_plain, mut from_gated) = (Vec::new(), Vec::new());
+            for step in 0..400 {
+                if rng.below(10) < 7 {
+                    // Mostly on time, some late (some too late), bursts and lulls.
+                    let key = ["a", "b", "c"][rng.below(3) as usize];
+                    let ts = watermark + rng.below(14_000) as Millis - 6000;
+                    let a = plain.add(&key, ts, watermark, |c| c.0 += 1, &mut from_plain);
+                    let b = gated.add(&key, ts, watermark, |c| c.0 += 1, &mut from_gated);
+                    assert_eq!(a, b, "seed {seed}, step {step}: add at {ts}, watermark {watermark}");
+                } else {
+                    watermark += rng.below(4000) as Millis;
+                    plain.advance(watermark, &mut from_plain);
+                    gated.advance(watermark, &mut from_gated);
+                }
+                assert_eq!(results(&from_plain), results(&from_gated), "seed {seed}, step {step}");
+            }
+            plain.advance(Millis::MAX, &mut from_plain);
+            gated.advance(Millis::MAX, &mut from_gated);
+            assert_eq!(results(&from_plain), results(&from_gated), "seed {seed}, at the end");
+            assert!(from_plain.iter().all(|r| r.value.0 > 2));
+            assert_eq!((plain.key_count(), gated.key_count()), (0, 0));
+        }
     }
 }
