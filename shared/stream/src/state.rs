@@ -90,13 +90,14 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
         K: FromBorrowed<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if !self.values.contains_key(key) {
-            if let Some(changed) = &mut self.changed {
-                changed.entry(K::from_borrowed(key)).or_insert(false);
-            }
-            self.values.insert(K::from_borrowed(key), init());
+        if self.values.contains_key(key) {
+            return self.get_mut(key).expect("present");
         }
-        self.get_mut(key).expect("inserted above")
+        if let Some(changed) = &mut self.changed {
+            changed.entry(K::from_borrowed(key)).or_insert(false);
+        }
+        // One lookup more for an absent key, not two (a new customer or order is one).
+        self.values.entry(K::from_borrowed(key)).or_insert_with(init)
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
