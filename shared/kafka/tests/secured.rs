@@ -1,6 +1,6 @@
 //! Vigil on a secured deployment: every process (services, generator, admin) reaches
 //! the broker on its SASL_SSL listener (TLS with a certificate of the local stack's
-//! own CA, SCRAM-SHA-512; set by variables) and the schema registry over https with
+//! own CA, SCRAM-SHA-512 or PLAIN; set by variables) and the schema registry over https with
 //! basic auth (set in the configuration file), and gives the embedded runtime's
 //! output. A wrong password is an error that says so, the service stays up and keeps
 //! trying, and no secret reaches a log or /metrics. Ignored by a plain `cargo test`;
@@ -14,6 +14,8 @@ use support::{assert_same, reference, Running, Stack, ONE_AT_A_TIME};
 use vigil_datagen::Dataset;
 
 const RUN_PREFIX: &str = "secured-";
+/// The broker's other SASL mechanism, for the same user.
+const PLAIN: &[(&str, &str)] = &[("VIGIL_KAFKA_SASL_MECHANISM", "PLAIN")];
 
 fn password() -> String {
     std::env::var("VIGIL_SECURE_PASSWORD").expect("VIGIL_SECURE_PASSWORD: run the Kafka tests through scripts/test.sh")
@@ -34,7 +36,11 @@ fn assert_no_secret(services: &[Running], secrets: &[&str]) {
 fn the_planted_dataset_through_a_secured_broker_and_registry_gives_the_embedded_result() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh_secured(RUN_PREFIX);
-    let services = stack.spawn_all();
+    // The stack's SCRAM-SHA-512 for some services, PLAIN for the others.
+    let services = stack.spawn_all_with(|s| match s {
+        "payment-metrics" | "device-router" | "health-monitor" => PLAIN,
+        _ => &[],
+    });
     let dir = std::env::temp_dir().join(format!("vigil-kafka-test-{}", stack.run));
     Dataset::planted(1, 7).write_to(&dir).unwrap();
     let sent = stack.generator(&["--input", dir.to_str().unwrap()]).output().unwrap();
@@ -53,19 +59,26 @@ fn a_wrong_password_is_an_error_that_says_so_and_the_service_keeps_trying() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh_secured(RUN_PREFIX);
     let wrong = "not-the-password-4711";
-    let service = stack.spawn_with("join-enrich", "0", &[("VIGIL_KAFKA_SASL_PASSWORD", wrong)]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !service.log_text().contains("member failed") {
-        assert!(Instant::now() < deadline, "join-enrich never failed:\n{}", service.log_text());
-        std::thread::sleep(Duration::from_millis(200));
+    // What the broker answers each mechanism's failure (so it also tells which was used).
+    let refusals = [
+        ("SCRAM-SHA-512", "invalid credentials with SASL mechanism SCRAM-SHA-512"),
+        ("PLAIN", "Invalid username or password"),
+    ];
+    for (mechanism, refusal) in refusals {
+        let vars = [("VIGIL_KAFKA_SASL_MECHANISM", mechanism), ("VIGIL_KAFKA_SASL_PASSWORD", wrong)];
+        let mut service = stack.spawn_with("join-enrich", "0", &vars);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !service.log_text().contains("member failed") {
+            assert!(Instant::now() < deadline, "join-enrich ({mechanism}) never failed:\n{}", service.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let log = service.log_text();
+        assert!(
+            log.contains("SASL authentication error: Authentication failed") && log.contains(refusal),
+            "the log says why ({mechanism}): {log}"
+        );
+        assert_eq!(service.metric("vigil_member_degraded"), 1, "degraded while it cannot connect");
+        assert!(service.child.try_wait().unwrap().is_none(), "still running, to try again");
+        assert_no_secret(&[service], &[wrong, &password()]);
     }
-    let log = service.log_text();
-    assert!(
-        log.contains("SASL authentication error: Authentication failed") && log.contains("SCRAM-SHA-512"),
-        "the log says why: {log}"
-    );
-    assert_eq!(service.metric("vigil_member_degraded"), 1, "degraded while it cannot connect");
-    let mut service = service;
-    assert!(service.child.try_wait().unwrap().is_none(), "still running, to try again");
-    assert_no_secret(&[service], &[wrong, &password()]);
 }

@@ -182,7 +182,12 @@ impl Stack {
 
     /// Every service, each ready (tasks restored, loop running) when this returns.
     pub fn spawn_all(&self) -> Vec<Running> {
-        let services: Vec<Running> = topics::SERVICES.iter().map(|s| self.spawn(s, "0")).collect();
+        self.spawn_all_with(|_| &[])
+    }
+
+    /// As [`Stack::spawn_all`], each service with the variables `vars` gives it.
+    pub fn spawn_all_with<'a>(&self, vars: impl Fn(&str) -> &'a [(&'a str, &'a str)]) -> Vec<Running> {
+        let services: Vec<Running> = topics::SERVICES.iter().map(|s| self.spawn_with(s, "0", vars(s))).collect();
         services.iter().for_each(Running::wait_ready);
         services
     }
