@@ -3,14 +3,20 @@
 //! topics line up (orders and payments by order_id, device events by site_id).
 
 use crate::connection;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::message::Message;
+use rdkafka::producer::{
+    BaseRecord, DefaultProducerContext, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
 use serde::Serialize;
-use tracing::warn;
+use tracing::{error, warn};
 use vigil_model::{DeviceEvent, InputRecord, Millis, Order, Payment, Source};
 
 use crate::codec::{Codec, CodecError};
@@ -60,7 +66,7 @@ const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
 const DELIVERY_PATIENCE: Duration = Duration::from_secs(330);
 
 pub struct InputProducer {
-    producer: Kafka,
+    producer: ThreadedProducer<Undelivered>,
     codec: Codec,
     partitions: i32,
     keying: Keying,
@@ -72,7 +78,7 @@ impl InputProducer {
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "10")
-            .create()
+            .create_with_context(Undelivered::default())
             .context("cannot create the Kafka producer")?;
         Ok(InputProducer {
             producer,
@@ -162,12 +168,13 @@ impl InputProducer {
 
     /// Waits until every record sent is delivered. While the broker is unreachable
     /// (restarting, say) librdkafka keeps the records and retries them for its
-    /// delivery timeout, five minutes: this waits as long, saying what for.
+    /// delivery timeout, five minutes: this waits as long, saying what for. An error
+    /// if any record sent was given up on, however long ago.
     pub fn flush(&self) -> Result<()> {
         let give_up = Instant::now() + DELIVERY_PATIENCE;
         loop {
             match self.producer.flush(Duration::from_secs(10)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.producer.context().verdict(),
                 Err(e) if Instant::now() < give_up => {
                     warn!(waiting = self.producer.in_flight_count(), error = %e, "records not delivered yet; waiting for the broker");
                 }
@@ -183,14 +190,54 @@ impl InputProducer {
     }
 }
 
+/// An input producer's delivery reports: librdkafka drops a record it gives up on
+/// (its delivery timeout passed, say, with the broker unreachable or its partition
+/// unknown) and says so only there, so a producer that ignored them would lose
+/// input without a word.
+#[derive(Default)]
+struct Undelivered {
+    count: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl ClientContext for Undelivered {}
+
+impl ProducerContext for Undelivered {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let Err((e, record)) = result else { return };
+        let at = format!("`{}` partition {}", record.topic(), record.partition());
+        if self.count.fetch_add(1, Ordering::SeqCst) == 0 {
+            error!(record = %at, error = %e, "a record was not delivered; the producer fails when it flushes");
+            *self.first.lock().expect("first undelivered") = Some(format!("{at}: {e}"));
+        }
+    }
+}
+
+impl Undelivered {
+    fn verdict(&self) -> Result<()> {
+        match self.count.load(Ordering::SeqCst) {
+            0 => Ok(()),
+            n => {
+                let first = self.first.lock().expect("first undelivered").clone().unwrap_or_default();
+                Err(anyhow!(
+                    "{n} records were not delivered and are not in the input topics (the first, to {first}); \
+                     produce them again"
+                ))
+            }
+        }
+    }
+}
+
 /// A producer whose delivery reports a thread of its own serves: a transaction's
 /// abort waits for the reports of the messages it purges, so the thread that calls
 /// it cannot be the one to serve them.
 pub type Kafka = ThreadedProducer<DefaultProducerContext>;
 
 /// Produces a record, waiting for room when the producer's queue is full.
-pub(crate) fn send<K: rdkafka::message::ToBytes + ?Sized>(
-    producer: &Kafka,
+pub(crate) fn send<K: rdkafka::message::ToBytes + ?Sized, C: ProducerContext<DeliveryOpaque = ()> + 'static>(
+    producer: &ThreadedProducer<C>,
     record: BaseRecord<'_, K, [u8]>,
 ) -> Result<()> {
     let mut record = record;

@@ -15,7 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use support::{assert_same, reference, send_line, send_lines, start, wait_for_commits, Running, Stack, ONE_AT_A_TIME};
 use vigil_datagen::Dataset;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::produce::Keying;
+use vigil_kafka::produce::{InputProducer, Keying};
 use vigil_kafka::topics::ORDERS;
 use vigil_model::{InputRecord, Order, Payment, Source};
 use vigil_pipeline::ingest::{Line, MergedInput};
@@ -258,4 +258,20 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
     assert!(dead.iter().any(|d| d.contains("not an Avro value")), "{dead:#?}");
     assert!(dead.iter().any(|d| d.contains("wrong shape")), "{dead:#?}");
     assert_eq!(ontime.len(), 1, "the valid event after them is processed");
+}
+
+/// librdkafka reports a record it gives up on only in its delivery report: a producer
+/// of input that ignored those would lose records without a word.
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn an_input_record_the_broker_never_takes_fails_the_producer_when_it_flushes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh(RUN_PREFIX);
+    let partitions = vigil_model::Config::default().runtime.partitions;
+    // End markers for one partition more than the input topics have. Sent before the
+    // producer knows the topics, they wait for its metadata and are dropped then.
+    let producer = InputProducer::new(&stack.bootstrap, &stack.registry, partitions + 1).unwrap();
+    producer.finish().unwrap();
+    let error = format!("{:#}", producer.flush().expect_err("records were dropped, and flush said nothing"));
+    assert!(error.contains("records were not delivered") && error.contains("produce them again"), "{error}");
 }
