@@ -133,7 +133,13 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
         if let Some(p) = &probe {
             match p.measure(now_ms()) {
                 Ok(lag) => *jm.lag.lock().expect("lag") = lag,
-                Err(e) => warn!("cannot measure consumer lag: {e:#}"),
+                Err(e) => {
+                    // Its clients can keep an outage's view of the cluster: after a
+                    // broker crash one answered `UnknownPartition` for a topic that was
+                    // there, for good. New ones next time.
+                    warn!("cannot measure consumer lag: {e:#}; trying again with new clients");
+                    probe = None;
+                }
             }
         }
         std::thread::sleep(LAG_EVERY);
