@@ -15,11 +15,13 @@
 
 use std::time::Duration;
 
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
 
-use crate::produce::Kafka;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::produce::{self, Kafka};
 
 /// The claim's record: no value, and a key whose task prefix is no task's (a
 /// compacted changelog takes no record without a key). Never read: aborted, so
@@ -41,6 +43,8 @@ pub fn claim_partitions(producer: &Kafka, topics: &[String], partitions: i32, ti
     }
     // The abort drops records not yet sent, and a marker reaches only the partitions
     // the transaction wrote to.
-    producer.flush(timeout)?;
+    if !produce::await_deliveries(producer, timeout) {
+        return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+    }
     producer.abort_transaction(timeout)
 }

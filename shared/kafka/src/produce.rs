@@ -235,6 +235,25 @@ impl Undelivered {
 /// it cannot be the one to serve them.
 pub type Kafka = ThreadedProducer<DefaultProducerContext>;
 
+/// Waits, up to `timeout`, until every record sent so far has its delivery report
+/// (`false`: some still have none). rust-rdkafka's `flush` polls in 100 ms steps that
+/// each run their full length, so a commit that left it to `commit_transaction`
+/// waited 100 ms whenever a record was still in flight; this checks every
+/// millisecond, and the flush inside the commit then finds nothing to wait for.
+pub(crate) fn await_deliveries<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    timeout: Duration,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
 /// Produces a record, waiting for room when the producer's queue is full.
 pub(crate) fn send<K: rdkafka::message::ToBytes + ?Sized, C: ProducerContext<DeliveryOpaque = ()> + 'static>(
     producer: &ThreadedProducer<C>,

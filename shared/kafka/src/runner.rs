@@ -878,7 +878,12 @@ impl<S: Service> Runner<S> {
             offsets.add_partition_offset(&self.topics[i].0, p, Offset::Offset(next))?;
         }
         let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
-        let result = self.send_offsets(offsets, group).and_then(|()| self.producer.commit_transaction(IO_TIMEOUT));
+        let result = self.send_offsets(offsets, group).and_then(|()| {
+            if !produce::await_deliveries(&self.producer, IO_TIMEOUT) {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+            }
+            self.producer.commit_transaction(IO_TIMEOUT)
+        });
         self.in_transaction = false;
         let took = started.elapsed();
         // A commit held up as long as an unanswered end-offset query is an outage too.
