@@ -1,9 +1,15 @@
-//! When a member commits. Under load, every commit interval: each commit is a
-//! transaction round trip and writes watermark markers to every partition
-//! downstream, so fewer of them is throughput. When the input goes quiet (a poll
-//! comes back empty), waiting for the rest of the interval only adds latency: the
-//! member then commits once a quarter of the interval has passed since the last
-//! commit. A busy member never sees an empty poll, so its cadence is unchanged.
+//! When a member commits. Each commit is a transaction: round trips to the broker
+//! that the member waits out, and watermark markers to every partition downstream.
+//!
+//! - Under load (no poll has come back empty since the last commit), every commit
+//!   interval, or later if commits are slow: at least `BUSY_SHARE` times the last
+//!   commit's duration after it, so that committing takes at most a fifth of a busy
+//!   member's time (on a loaded broker a commit takes as long as the interval, and
+//!   committing every interval would halve the member's throughput). Capped at
+//!   `MAX_STRETCH` intervals, which bounds what a backlog adds to latency.
+//! - When the input goes quiet (a poll comes back empty), waiting for the rest of
+//!   the interval only adds latency: the member commits once a quarter of the
+//!   interval has passed since the last commit.
 
 use std::time::Duration;
 
@@ -12,15 +18,27 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How long a poll waits while something is: the time it takes to see the input
 /// has gone quiet.
 const QUIET_POLL: Duration = Duration::from_millis(5);
+/// Under load, the time from one commit to the next is at least this many times
+/// what the last commit took.
+const BUSY_SHARE: u32 = 4;
+/// Under load, commits come at least every this many intervals.
+const MAX_STRETCH: u32 = 10;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Cadence {
     interval: Duration,
+    /// How long the last commit took.
+    last_took: Duration,
 }
 
 impl Cadence {
     pub fn new(interval: Duration) -> Self {
-        Cadence { interval }
+        Cadence { interval, last_took: Duration::ZERO }
+    }
+
+    /// A commit went through in `took`.
+    pub fn committed(&mut self, took: Duration) {
+        self.last_took = took;
     }
 
     /// How long the next poll may wait for input.
@@ -32,9 +50,14 @@ impl Cadence {
         }
     }
 
-    /// Whether to commit now; `quiet`: the last poll found nothing to read.
-    pub fn due(&self, dirty: bool, since_commit: Duration, quiet: bool) -> bool {
-        dirty && (since_commit >= self.interval || (quiet && since_commit >= self.interval / 4))
+    /// Whether to commit now; `quiet`: the last poll found nothing to read; `busy`:
+    /// no poll has come back empty since the last commit.
+    pub fn due(&self, dirty: bool, since_commit: Duration, quiet: bool, busy: bool) -> bool {
+        let wait = match busy {
+            true => (self.last_took * BUSY_SHARE).clamp(self.interval, self.interval * MAX_STRETCH),
+            false => self.interval,
+        };
+        dirty && (since_commit >= wait || (quiet && since_commit >= self.interval / 4))
     }
 }
 
@@ -45,14 +68,32 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn a_busy_member_commits_every_interval_a_quiet_one_after_a_quarter() {
+    fn a_member_commits_every_interval_and_after_a_quarter_once_quiet() {
         let cadence = Cadence::new(100 * MS);
-        assert!(!cadence.due(true, 99 * MS, false));
-        assert!(cadence.due(true, 100 * MS, false));
-        assert!(!cadence.due(true, 24 * MS, true));
-        assert!(cadence.due(true, 25 * MS, true));
+        assert!(!cadence.due(true, 99 * MS, false, false));
+        assert!(cadence.due(true, 100 * MS, false, false));
+        assert!(!cadence.due(true, 24 * MS, true, false));
+        assert!(cadence.due(true, 25 * MS, true, false));
         // Nothing to commit, nothing due.
-        assert!(!cadence.due(false, 500 * MS, true));
+        assert!(!cadence.due(false, 500 * MS, true, false));
+    }
+
+    #[test]
+    fn a_busy_member_whose_commits_are_slow_commits_less_often_up_to_a_bound() {
+        let mut cadence = Cadence::new(100 * MS);
+        // Fast commits: every interval, busy or not.
+        cadence.committed(20 * MS);
+        assert!(cadence.due(true, 100 * MS, false, true));
+        // A commit of 60 ms: the next, under load, 240 ms after it.
+        cadence.committed(60 * MS);
+        assert!(!cadence.due(true, 239 * MS, false, true));
+        assert!(cadence.due(true, 240 * MS, false, true));
+        // Not under load: every interval still.
+        assert!(cadence.due(true, 100 * MS, false, false));
+        // A commit of 2 s: at most ten intervals apart.
+        cadence.committed(2000 * MS);
+        assert!(!cadence.due(true, 999 * MS, false, true));
+        assert!(cadence.due(true, 1000 * MS, false, true));
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub struct Runner<S: Service> {
     redelivered: HashSet<Slot>,
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
+    /// A poll has come back empty since the last commit: the member is not behind.
+    drained_since_commit: bool,
     in_transaction: bool,
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
@@ -216,6 +218,7 @@ impl<S: Service> Runner<S> {
             core,
             topics,
             drained: false,
+            drained_since_commit: false,
             in_transaction: false,
             failed_commits: 0,
             last_commit: Instant::now(),
@@ -347,6 +350,7 @@ impl<S: Service> Runner<S> {
             let since_commit = self.last_commit.elapsed();
             let polled = self.consumer.poll(self.cadence.poll_timeout(self.core.is_dirty(), since_commit));
             self.drained = polled.is_none();
+            self.drained_since_commit |= self.drained;
             match polled {
                 // Detached (copied) so the loop can change its own state while handling it.
                 Some(Ok(message)) => {
@@ -366,7 +370,8 @@ impl<S: Service> Runner<S> {
             self.apply_flow()?;
             self.metrics.set_watermark(self.core.lowest_watermark());
             self.metrics.input_ended.set(i64::from(self.core.input_ended()));
-            if self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), self.drained) {
+            let busy = !self.drained_since_commit;
+            if self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), self.drained, busy) {
                 self.commit()?;
             }
         }
@@ -895,6 +900,8 @@ impl<S: Service> Runner<S> {
                 self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();
+                self.drained_since_commit = false;
+                self.cadence.committed(took);
                 self.metrics.commits.inc();
                 self.metrics.commit_seconds.observe(took.as_secs_f64());
                 for read in self.reads.drain(..) {
