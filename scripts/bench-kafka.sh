@@ -4,10 +4,12 @@
 #   scripts/bench-kafka.sh [SCALE] [RATE] [SECONDS]
 #
 # 1. Throughput: the planted dataset plus SCALE thousand events (default 1000, about
-#    a million) produced as fast as the generator can, then end-of-input markers; the
-#    figure is input events over the time until every service's watermark reached the
-#    end, i.e. everything was processed and committed. Twice: keyed as the stages
-#    join, then unkeyed (the cost of the repartition path).
+#    a million) and end-of-input markers pre-loaded onto the input topics, then the six
+#    services started together; the figure is input events over the time from their
+#    start until every service has read the end of its input, i.e. everything was
+#    processed and committed. With the CPU seconds each service and the broker spent
+#    meanwhile. Twice: keyed as the stages join, then unkeyed (the cost of the
+#    repartition path).
 # 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000) for
 #    SECONDS (default 30); p50/p99 from an input record's production to its output
 #    becoming readable under read_committed (see shared/kafka/examples/latency_probe.rs).
@@ -56,13 +58,17 @@ fresh_stack() {
   set +a
   "$BIN"/vigil-admin provision >/dev/null
   [[ "${1:-}" != bare ]] || return 0
+  start_services
+  sleep 5
+}
+
+start_services() {
   local port=19100
   for s in "${SERVICES[@]}"; do
     port=$((port + 1))
     VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=warn "$BIN"/vigil-"$s" 2>"$VIGIL_STACK_STATE/$s.log" &
     PIDS+=($!)
   done
-  sleep 5
 }
 
 # Every task of a service has read the end-of-input markers.
@@ -82,31 +88,39 @@ echo "== building (release)"
 # The probe is the instrument, not the subject: always this tree's.
 cargo build --release -p vigil-kafka --example latency_probe --locked -q
 
+# CPU seconds (user + system) a process has spent so far.
+cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
 # Planted + SCALE thousand events keyed as $1 (join: as the stages join them; none:
 # unkeyed, so the join and the device router re-key most through their repartition
-# topics), processed and committed by all six services.
+# topics), pre-loaded, then processed and committed by all six services.
 throughput() {
-  echo "== 1. throughput: planted + ${SCALE}k events, keyed: $1"
-  fresh_stack
-  local t0 t_produced t1 events
-  t0=$(now)
+  echo "== 1. throughput: planted + ${SCALE}k events pre-loaded, keyed: $1"
+  fresh_stack bare
+  local t0 t1 events broker broker_cpu
   "$BIN"/vigil-generator --kafka --scale "$SCALE" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
-  t_produced=$(now)
-  until all_done; do sleep 0.5; done
-  t1=$(now)
   events=$(grep -o 'produced [0-9]*' "$VIGIL_STACK_STATE/generator.log" | grep -o '[0-9]*')
-  awk -v n="$events" -v a="$t0" -v p="$t_produced" -v b="$t1" 'BEGIN {
-    printf "input events: %d\nproduced in %.1f s (%.0f events/s)\nprocessed and committed by all six services in %.1f s: %.0f events/s sustained\n",
-      n, p - a, n / (p - a), b - a, n / (b - a) }'
-  for port in $(seq 19101 19106); do
-    curl -s "127.0.0.1:$port/metrics" |
-      grep -E '^vigil_(transaction_commits_total|transaction_aborts_total|rerouted_records_total)' | tr '\n' ' '
-    echo
-  done
+  broker=$(cat "$VIGIL_STACK_STATE/run/kafka.pid")
+  broker_cpu=$(cpu_seconds "$broker")
+  t0=$(now)
+  start_services
+  until all_done; do sleep 0.2; done
+  t1=$(now)
+  awk -v n="$events" -v a="$t0" -v b="$t1" 'BEGIN {
+    printf "input events: %d\nprocessed and committed by all six services in %.1f s from their start: %.0f events/s sustained\n",
+      n, b - a, n / (b - a) }'
   local i
   for i in "${!SERVICES[@]}"; do
-    printf '%s peak RSS %s\n' "${SERVICES[i]}" "$(awk '/^VmHWM/ {print $2, $3}' "/proc/${PIDS[i]}/status")"
+    printf '%s: CPU %s s, peak RSS %s, %s\n' "${SERVICES[i]}" "$(cpu_seconds "${PIDS[i]}")" \
+      "$(awk '/^VmHWM/ {print $2, $3}' "/proc/${PIDS[i]}/status")" \
+      "$(curl -s "127.0.0.1:$((19101 + i))/metrics" | awk '
+        /^vigil_transaction_commits_total[{ ]/ { c += $NF } /^vigil_transaction_aborts_total[{ ]/ { a += $NF }
+        /^vigil_transaction_commit_seconds_sum[{ ]/ { s += $NF } /^vigil_rerouted_records_total[{ ]/ { r += $NF }
+        END { printf "%d commits (mean %.0f ms), %d aborts, %d rerouted", c, c ? 1000 * s / c : 0, a, r }')"
   done
+  awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" 'BEGIN { printf "broker: CPU %.1f s\n", b - a }'
 }
 # p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics, as
 # the upper bounds of the buckets they fall in.
