@@ -10,12 +10,15 @@
 #    processed and committed. With the CPU seconds each service and the broker spent
 #    meanwhile. Twice: keyed as the stages join, then unkeyed (the cost of the
 #    repartition path).
-# 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000) for
-#    SECONDS (default 30); p50/p99 from an input record's production to its output
-#    becoming readable under read_committed (see shared/kafka/examples/latency_probe.rs).
-#    Then where the time goes in join-enrich and the device router, from their
-#    vigil_record_hop_seconds histograms: queued in Kafka before the read, processing,
-#    from the read until the commit (p50 and p99 as bucket upper bounds).
+# 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000); after
+#    WARMUP seconds of it (default 15: past the first seconds of a new stage, when its
+#    tasks may wait up to `idle_wall_clock_ms` for a partition without records to be
+#    judged idle), for SECONDS (default 30), p50/p99 from an input record's production
+#    to its output becoming readable under read_committed (see
+#    shared/kafka/examples/latency_probe.rs). Then where the time goes in join-enrich
+#    and the device router over the same SECONDS, from their vigil_record_hop_seconds
+#    histograms: queued in Kafka before the read, processing, from the read until the
+#    commit (p50 and p99 as bucket upper bounds). WARMUP=0 measures from the start.
 # 3. The raw broker on the same machine in the same run: Kafka's own producer and
 #    consumer perf tools, one million 100-byte records.
 # 4. Start-up: with the planted dataset plus 10 thousand events waiting on the input
@@ -34,6 +37,7 @@ cd "$(dirname "$0")/.."
 SCALE="${1:-1000}"
 RATE="${2:-2000}"
 SECONDS_LATENCY="${3:-30}"
+WARMUP="${WARMUP:-15}"
 PARTS="${PARTS:-throughput latency raw startup}"
 KEYS="${KEYS:-join none}"
 BIN="${BIN:-target/release}"
@@ -122,14 +126,16 @@ throughput() {
   done
   awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" 'BEGIN { printf "broker: CPU %.1f s\n", b - a }'
 }
-# p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics, as
-# the upper bounds of the buckets they fall in.
+# p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics
+# (less those in the metrics file $3, taken earlier), as the upper bounds of the
+# buckets they fall in.
 hops() {
-  curl -s "127.0.0.1:$2/metrics" | awk -v stage="$1" '
+  curl -s "127.0.0.1:$2/metrics" | awk -v stage="$1" -v base="$3" '
     /^vigil_record_hop_seconds_bucket/ {
       match($0, /part="[a-z_]*"/); part = substr($0, RSTART + 6, RLENGTH - 7)
       match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-      n[part]++; bound[part, n[part]] = le; count[part, n[part]] = $NF
+      if (FILENAME == base) { before[part, le] = $NF; next }
+      n[part]++; bound[part, n[part]] = le; count[part, n[part]] = $NF - before[part, le]
     }
     END {
       line = stage ":"
@@ -145,7 +151,7 @@ hops() {
         line = line sprintf(" %s p50 <= %s s, p99 <= %s s;", part, p50, p99)
       }
       print line
-    }'
+    }' "$3" -
 }
 
 if [[ " $PARTS " == *" throughput "* ]]; then
@@ -153,16 +159,19 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 fi
 
 if [[ " $PARTS " == *" latency "* ]]; then
-  echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s"
+  echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s, after ${WARMUP} s of it"
   fresh_stack
-  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" &
-  probe=$!
-  sleep 3
-  "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" --scale "$((RATE * SECONDS_LATENCY / 1000))" \
-    2>>"$VIGIL_STACK_STATE/generator.log"
-  wait "$probe"
-  hops join-enrich 19101
-  hops device-router 19104
+  "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" \
+    --scale "$((RATE * (WARMUP + SECONDS_LATENCY) / 1000))" 2>>"$VIGIL_STACK_STATE/generator.log" &
+  generator=$!
+  sleep "$WARMUP"
+  curl -s 127.0.0.1:19101/metrics >"$VIGIL_STACK_STATE/join-enrich.metrics"
+  curl -s 127.0.0.1:19104/metrics >"$VIGIL_STACK_STATE/device-router.metrics"
+  # Ten seconds past the input's end, to see the outputs of its last records.
+  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))"
+  hops join-enrich 19101 "$VIGIL_STACK_STATE/join-enrich.metrics"
+  hops device-router 19104 "$VIGIL_STACK_STATE/device-router.metrics"
+  wait "$generator"
 fi
 
 # Starts one service alone ($STARTED) and prints how long it took until $2 held
