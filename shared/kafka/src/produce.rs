@@ -62,6 +62,15 @@ impl Keying {
 
 /// How long a producer waits for an unreachable schema registry before it gives up.
 const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
+/// How long the producer waits for a broker it cannot reach before it gives up.
+const BROKER_PATIENCE: Duration = Duration::from_secs(120);
+
+/// An error that says no broker could be reached (yet), not that the request was wrong.
+fn unreachable(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::{AllBrokersDown, BrokerTransportFailure, OperationTimedOut};
+    matches!(e, KafkaError::MetadataFetch(AllBrokersDown | BrokerTransportFailure | OperationTimedOut))
+}
+
 /// librdkafka's delivery timeout (`message.timeout.ms`, five minutes), and a margin.
 const DELIVERY_PATIENCE: Duration = Duration::from_secs(330);
 
@@ -139,15 +148,27 @@ impl InputProducer {
     }
 
     /// Records already in the input topics (every partition's end offset, summed).
+    /// A broker not reachable yet (a cluster still starting: compose starts the
+    /// generator as soon as the jobmanager is healthy) is waited for, up to
+    /// `BROKER_PATIENCE`.
     pub fn records_in_inputs(&self) -> Result<i64> {
+        let give_up = Instant::now() + BROKER_PATIENCE;
         let mut total = 0;
         for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
             for p in 0..self.partitions {
-                let (low, high) = self
-                    .producer
-                    .client()
-                    .fetch_watermarks(topic.name, p, Duration::from_secs(10))
-                    .with_context(|| format!("cannot read the offsets of `{}` partition {p}", topic.name))?;
+                let (low, high) = loop {
+                    match self.producer.client().fetch_watermarks(topic.name, p, Duration::from_secs(10)) {
+                        Err(e) if unreachable(&e) && Instant::now() < give_up => {
+                            warn!(error = %e, "the broker does not answer yet; trying again");
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                        answer => {
+                            break answer.with_context(|| {
+                                format!("cannot read the offsets of `{}` partition {p}", topic.name)
+                            })?
+                        }
+                    }
+                };
                 total += high - low;
             }
         }
@@ -269,5 +290,18 @@ pub(crate) fn send<K: rdkafka::message::ToBytes + ?Sized, C: ProducerContext<Del
             }
             Err((e, _)) => return Err(e).context("cannot produce"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_broker_that_cannot_be_reached_is_waited_for() {
+        assert!(unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown)));
+        assert!(unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure)));
+        assert!(!unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition)));
+        assert!(!unreachable(&KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown)));
     }
 }
