@@ -2,12 +2,20 @@
 //! through `schema_registry_converter` and a Confluent-compatible schema registry.
 //! Each topic's value schema is the file in `schemas/`, registered under the subject
 //! `<topic>-value` on first use (or by `vigil-admin provision`).
+//!
+//! Values written under one of Vigil's own schemas (the common case: whoever wrote
+//! them registered the same schema) are read and written straight through serde with
+//! a reader and writer kept per schema; any other schema goes the generic way, through
+//! the converter and apache-avro's `Value` tree, which the fast way saves per record.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
+use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use schema_registry_converter::avro_common::get_supplied_schema;
 use schema_registry_converter::blocking::avro::{AvroDecoder, AvroEncoder};
@@ -40,6 +48,45 @@ pub enum CodecError {
     Decode(String),
 }
 
+/// The Confluent wire format's header: a zero byte and the schema id (big-endian).
+const HEADER: usize = 5;
+
+fn schema_id(payload: &[u8]) -> Option<u32> {
+    match payload {
+        [0, a, b, c, d, ..] => Some(u32::from_be_bytes([*a, *b, *c, *d])),
+        _ => None,
+    }
+}
+
+/// One of Vigil's own value schemas, with a reader and a writer kept for it.
+struct Own {
+    topic: &'static str,
+    canonical: String,
+    reader: GenericDatumReader<'static>,
+    writer: GenericDatumWriter<'static>,
+}
+
+/// Vigil's own value schemas, parsed once per process (they are compiled in, and a
+/// test parses every one).
+fn own_schemas() -> &'static [Own] {
+    static OWN: OnceLock<Vec<Own>> = OnceLock::new();
+    OWN.get_or_init(|| {
+        DATA_TOPICS
+            .iter()
+            .map(|t| {
+                let schema: &'static Schema =
+                    Box::leak(Box::new(Schema::parse_str(t.schema).expect("Vigil's schemas parse")));
+                Own {
+                    topic: t.name,
+                    canonical: schema.canonical_form(),
+                    reader: GenericDatumReader::builder(schema).build().expect("a reader of Vigil's schema"),
+                    writer: GenericDatumWriter::builder(schema).build().expect("a writer of Vigil's schema"),
+                }
+            })
+            .collect()
+    })
+}
+
 pub struct Codec {
     url: String,
     settings: SrSettings,
@@ -48,6 +95,10 @@ pub struct Codec {
     subjects: HashMap<&'static str, SuppliedSchema>,
     /// Lookups that failed since the decoder's error cache was last cleared.
     failed_lookups: AtomicUsize,
+    /// Schema ids met in payloads: which of Vigil's own schemas each is, if any.
+    read_ids: RwLock<HashMap<u32, Option<&'static Own>>>,
+    /// The registry's id of each topic's own schema, once a value was written under it.
+    write_ids: RwLock<HashMap<&'static str, u32>>,
 }
 
 impl Codec {
@@ -90,6 +141,8 @@ impl Codec {
             settings,
             subjects,
             failed_lookups: AtomicUsize::new(0),
+            read_ids: RwLock::new(HashMap::new()),
+            write_ids: RwLock::new(HashMap::new()),
         })
     }
 
@@ -110,18 +163,31 @@ impl Codec {
     }
 
     pub fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>, CodecError> {
+        let encode_error = |reason: String| CodecError::Encode { topic: topic.name.to_string(), reason };
+        if let Some(&id) = self.write_ids.read().expect("write ids").get(topic.name) {
+            let own = own_schemas().iter().find(|o| o.topic == topic.name).expect("every data topic has its schema");
+            let mut bytes = Vec::with_capacity(128);
+            bytes.push(0);
+            bytes.extend_from_slice(&id.to_be_bytes());
+            own.writer.write_ser(&mut bytes, value).map_err(|e| encode_error(e.to_string()))?;
+            return Ok(bytes);
+        }
         let strategy =
             SubjectNameStrategy::TopicNameStrategyWithSchema(topic.name.to_string(), false, self.supplied(topic.name));
-        self.encoder.encode_struct(value, &strategy).map_err(|e| match e.retriable {
+        let bytes = self.encoder.encode_struct(value, &strategy).map_err(|e| match e.retriable {
             // Registering or looking up the schema failed: the registry, not the value.
             true => CodecError::Registry { url: self.url.clone(), reason: e.to_string() },
-            false => CodecError::Encode { topic: topic.name.to_string(), reason: e.to_string() },
-        })
+            false => encode_error(e.to_string()),
+        })?;
+        if let Some(id) = schema_id(&bytes) {
+            self.write_ids.write().expect("write ids").insert(topic.name, id);
+        }
+        Ok(bytes)
     }
 
     /// The Avro value in a payload, whatever its schema.
     pub fn decode_value(&self, payload: &[u8]) -> Result<Value, CodecError> {
-        let decoded = self.decoder.decode(Some(payload)).map_err(|e| {
+        let decoded = self.decoder.decode_with_schema(Some(payload)).map_err(|e| {
             // A registry that is down is not the record's fault; a schema id it does
             // not know (404, reported as retriable) is.
             let unknown_schema = e.error.contains("404");
@@ -135,10 +201,22 @@ impl Codec {
                 CodecError::Decode(format!("not an Avro value in the Confluent wire format: {}", e.error))
             }
         })?;
+        let Some(decoded) = decoded else { return Ok(Value::Null) };
+        let mut read_ids = self.read_ids.write().expect("read ids");
+        read_ids.entry(decoded.schema.id).or_insert_with(|| {
+            let canonical = decoded.schema.parsed.canonical_form();
+            own_schemas().iter().find(|o| o.canonical == canonical)
+        });
         Ok(unwrap_union(decoded.value))
     }
 
     pub fn decode<T: DeserializeOwned>(&self, payload: &[u8]) -> Result<T, CodecError> {
+        if let Some(own) = schema_id(payload).and_then(|id| *self.read_ids.read().expect("read ids").get(&id)?) {
+            // What fails here fails the generic way too, which names it precisely.
+            if let Ok(value) = own.reader.read_deser(&mut &payload[HEADER..]) {
+                return Ok(value);
+            }
+        }
         let value = self.decode_value(payload)?;
         apache_avro::from_value(&value).map_err(|e| CodecError::Decode(format!("a value of the wrong shape: {e}")))
     }
@@ -157,10 +235,11 @@ mod tests {
     use super::*;
     use apache_avro::reader::datum::GenericDatumReader;
     use apache_avro::writer::datum::GenericDatumWriter;
-    use vigil_model::output::{EnrichedPayment, RecordType};
-    use vigil_model::{DeviceEvent, EventType};
+    use std::fmt::Debug;
+    use vigil_model::output::{EnrichedPayment, LateDeviceEvent, RecordType};
+    use vigil_model::{DeviceEvent, EventType, Order, Payment};
 
-    use crate::topics::{DEVICE_EVENTS, ENRICHED_PAYMENTS};
+    use crate::topics::{DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, ENRICHED_PAYMENTS, ORDERS, PAYMENTS};
 
     /// Encodes as the registry path does (schema-directed serde), decodes as
     /// `Codec::decode` does (datum → value → serde), without a registry.
@@ -196,5 +275,82 @@ mod tests {
             event_ts: 1_700_000_003_507,
         };
         assert_eq!(round_trip(DEVICE_EVENTS, &d), d);
+    }
+
+    fn device_event() -> DeviceEvent {
+        DeviceEvent {
+            device_id: "dev-101".into(),
+            site_id: "site-a".into(),
+            event_type: EventType::FirmwareUpdate,
+            status: "failed".into(),
+            event_ts: 1_700_000_003_507,
+        }
+    }
+
+    /// Written under the topic's own schema, `value` reads back the same the fast way
+    /// (serde straight from the datum) and the generic way (datum, `Value`, serde).
+    fn reads_back_both_ways<T: Serialize + DeserializeOwned + PartialEq + Debug>(topic: Topic, value: &T) {
+        let own = own_schemas().iter().find(|o| o.topic == topic.name).unwrap();
+        let bytes = own.writer.write_ser_to_vec(value).unwrap();
+        let generic: T =
+            apache_avro::from_value(&unwrap_union(own.reader.read_value(&mut &bytes[..]).unwrap())).unwrap();
+        let fast: T = own.reader.read_deser(&mut &bytes[..]).unwrap();
+        assert_eq!(generic, *value, "{}", topic.name);
+        assert_eq!(fast, *value, "{}", topic.name);
+        // Cut short, the fast way fails (and the generic way then names the error).
+        assert!(own.reader.read_deser::<T>(&mut &bytes[..bytes.len() - 1]).is_err(), "{}", topic.name);
+    }
+
+    #[test]
+    fn every_record_a_stage_reads_reads_the_same_both_ways() {
+        let order = Order {
+            order_id: "order-1".into(),
+            customer_id: "cust-001".into(),
+            order_amount: 120.5,
+            order_ts: 1_700_000_000_000,
+            country: "DE".into(),
+        };
+        reads_back_both_ways(ORDERS, &order);
+        let payment = Payment {
+            payment_id: "pay-1".into(),
+            order_id: "order-1".into(),
+            paid_amount: 120.5,
+            payment_ts: 1_700_000_001_000,
+            method: "card".into(),
+        };
+        reads_back_both_ways(PAYMENTS, &payment);
+        reads_back_both_ways(DEVICE_EVENTS, &device_event());
+        reads_back_both_ways(DEVICE_EVENTS_ONTIME, &device_event());
+        reads_back_both_ways(DEVICE_EVENTS_LATE, &LateDeviceEvent::new(device_event(), 1_700_000_090_000));
+        let matched = EnrichedPayment {
+            record_type: RecordType::EnrichedPayment,
+            payment_id: "pay-1".into(),
+            order_id: "order-1".into(),
+            paid_amount: 90.0,
+            method: "card".into(),
+            payment_ts_ms: 1_700_000_001_000,
+            unmatched: false,
+            customer_id: Some("cust-001".into()),
+            order_amount: Some(120.5),
+            country: Some("DE".into()),
+            amount_mismatch: true,
+        };
+        reads_back_both_ways(ENRICHED_PAYMENTS, &matched);
+        let unmatched = EnrichedPayment {
+            unmatched: true,
+            customer_id: None,
+            order_amount: None,
+            country: None,
+            amount_mismatch: false,
+            ..matched
+        };
+        reads_back_both_ways(ENRICHED_PAYMENTS, &unmatched);
+    }
+
+    #[test]
+    fn a_schema_id_is_read_only_behind_the_magic_byte() {
+        assert_eq!(schema_id(&[0, 0, 0, 1, 2, 9]), Some(258));
+        assert_eq!(schema_id(&[1, 0, 0, 1, 2, 9]), None);
+        assert_eq!(schema_id(&[0, 0, 0, 1]), None);
     }
 }
