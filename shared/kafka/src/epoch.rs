@@ -18,7 +18,6 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
-
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::produce::{self, Kafka};
