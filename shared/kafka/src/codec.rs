@@ -97,8 +97,9 @@ pub struct Codec {
     failed_lookups: AtomicUsize,
     /// Schema ids met in payloads: which of Vigil's own schemas each is, if any.
     read_ids: RwLock<HashMap<u32, Option<&'static Own>>>,
-    /// The registry's id of each topic's own schema, once a value was written under it.
-    write_ids: RwLock<HashMap<&'static str, u32>>,
+    /// The registry's id of each topic's own schema, and that schema, once a value was
+    /// written under it.
+    write_ids: RwLock<HashMap<&'static str, (u32, &'static Own)>>,
 }
 
 impl Codec {
@@ -164,8 +165,7 @@ impl Codec {
 
     pub fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>, CodecError> {
         let encode_error = |reason: String| CodecError::Encode { topic: topic.name.to_string(), reason };
-        if let Some(&id) = self.write_ids.read().expect("write ids").get(topic.name) {
-            let own = own_schemas().iter().find(|o| o.topic == topic.name).expect("every data topic has its schema");
+        if let Some(&(id, own)) = self.write_ids.read().expect("write ids").get(topic.name) {
             let mut bytes = Vec::with_capacity(128);
             bytes.push(0);
             bytes.extend_from_slice(&id.to_be_bytes());
@@ -179,8 +179,9 @@ impl Codec {
             true => CodecError::Registry { url: self.url.clone(), reason: e.to_string() },
             false => encode_error(e.to_string()),
         })?;
-        if let Some(id) = schema_id(&bytes) {
-            self.write_ids.write().expect("write ids").insert(topic.name, id);
+        let own = own_schemas().iter().find(|o| o.topic == topic.name);
+        if let (Some(id), Some(own)) = (schema_id(&bytes), own) {
+            self.write_ids.write().expect("write ids").insert(topic.name, (id, own));
         }
         Ok(bytes)
     }
@@ -267,13 +268,7 @@ mod tests {
             amount_mismatch: true,
         };
         assert_eq!(round_trip(ENRICHED_PAYMENTS, &e), e);
-        let d = DeviceEvent {
-            device_id: "dev-101".into(),
-            site_id: "site-a".into(),
-            event_type: EventType::FirmwareUpdate,
-            status: "failed".into(),
-            event_ts: 1_700_000_003_507,
-        };
+        let d = device_event();
         assert_eq!(round_trip(DEVICE_EVENTS, &d), d);
     }
 
