@@ -11,6 +11,7 @@ pub mod partition;
 pub mod retention;
 pub mod source_clock;
 pub mod state;
+mod table;
 pub mod timers;
 pub mod watermark;
 pub mod window;

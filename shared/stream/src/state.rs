@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::changelog::{decode_key, decode_value, encode_key, encode_value, StateError, StateWrite};
+use crate::table::ShardedMap;
 
 /// A string key held inline up to 24 bytes (customer and order ids are shorter):
 /// no allocation of its own, a third less memory per key than a `String` for state
@@ -46,7 +47,7 @@ impl FromBorrowed<str> for StrKey {
 
 #[derive(Debug, Clone)]
 pub struct KeyedState<K, V> {
-    values: FxHashMap<K, V>,
+    values: ShardedMap<K, V>,
     /// Keys changed since the last drain, with whether each existed at that drain;
     /// `None` until change tracking is asked for.
     changed: Option<FxHashMap<K, bool>>,
@@ -54,7 +55,7 @@ pub struct KeyedState<K, V> {
 
 impl<K: Hash + Eq + Clone, V> Default for KeyedState<K, V> {
     fn default() -> Self {
-        KeyedState { values: FxHashMap::default(), changed: None }
+        KeyedState { values: ShardedMap::default(), changed: None }
     }
 }
 
@@ -90,14 +91,13 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
         K: FromBorrowed<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.values.contains_key(key) {
-            return self.get_mut(key).expect("present");
-        }
+        let (value, existed) = self.values.get_or_insert_with(key, K::from_borrowed, init);
         if let Some(changed) = &mut self.changed {
-            changed.entry(K::from_borrowed(key)).or_insert(false);
+            if !changed.contains_key(key) {
+                changed.insert(K::from_borrowed(key), existed);
+            }
         }
-        // One lookup more for an absent key, not two (a new customer or order is one).
-        self.values.entry(K::from_borrowed(key)).or_insert_with(init)
+        value
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
