@@ -36,9 +36,9 @@ fn main() -> io::Result<()> {
         let mut emitted = 0;
         for _ in 0..RUNS {
             reset_peak_memory();
-            let sink: Option<Box<dyn io::Write>> = if formatted { Some(Box::new(io::sink())) } else { None };
+            let sink: Option<Box<dyn io::Write + Send>> = if formatted { Some(Box::new(io::sink())) } else { None };
             let mut writer = OutputWriter::new(sink, None)?;
-            let stats = vigil_pipeline::run(&config, MergedInput::from_dir(&dir)?, |o| writer.write(o), |_, _| {})?;
+            let stats = vigil_pipeline::run(&config, MergedInput::from_dir(&dir)?, |o| writer.write(&o), |_, _| {})?;
             assert!(stats.ledger.balances(), "{}", stats.ledger);
             rates.push(stats.events_per_second());
             read = stats.ledger.read;

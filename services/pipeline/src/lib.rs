@@ -53,7 +53,7 @@ pub fn result_lines(config: &Config, input: MergedInput) -> io::Result<Vec<Strin
 pub fn run(
     config: &Config,
     input: MergedInput,
-    mut emit: impl FnMut(&Output) -> io::Result<()>,
+    mut emit: impl FnMut(Output) -> io::Result<()>,
     mut progress: impl FnMut(u64, Duration),
 ) -> io::Result<RunStats> {
     const PROGRESS_EVERY: u64 = 1 << 18;
@@ -65,7 +65,7 @@ pub fn run(
             Line::Dead(d) => runtime.dead_letter(d),
         }
         for output in runtime.drain_outputs() {
-            emit(&output)?;
+            emit(output)?;
         }
         if (n as u64 + 1).is_multiple_of(PROGRESS_EVERY) {
             progress(n as u64 + 1, started.elapsed());
@@ -73,7 +73,7 @@ pub fn run(
     }
     runtime.finish();
     for output in runtime.drain_outputs() {
-        emit(&output)?;
+        emit(output)?;
     }
     Ok(RunStats { ledger: runtime.ledger().clone(), elapsed: started.elapsed() })
 }

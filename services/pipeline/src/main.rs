@@ -5,13 +5,13 @@
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use vigil_model::Config;
 use vigil_pipeline::ingest::MergedInput;
-use vigil_pipeline::sink::OutputWriter;
+use vigil_pipeline::sink::{OutputWriter, WriteBehind};
 
 // The pipeline allocates a few small strings per record; mimalloc's thread-local
 // free lists make that markedly cheaper than glibc's malloc.
@@ -70,10 +70,11 @@ fn run(args: Args) -> Result<ExitCode> {
             format!("built-in planted dataset (scale {}, seed {})", args.scale, args.seed),
         ),
     };
-    let tagged: Option<Box<dyn Write>> = if args.quiet { None } else { Some(Box::new(io::stdout().lock())) };
-    let mut writer = OutputWriter::new(tagged, args.output.as_deref())?;
+    let tagged: Option<Box<dyn Write + Send>> = if args.quiet { None } else { Some(Box::new(io::stdout())) };
+    let mut writer = WriteBehind::spawn(OutputWriter::new(tagged, args.output.as_deref())?)?;
     let show_progress = io::stderr().is_terminal() || args.quiet;
     let mut last_report = Duration::ZERO;
+    let started = Instant::now();
     let result = vigil_pipeline::run(
         &config,
         input,
@@ -85,18 +86,20 @@ fn run(args: Args) -> Result<ExitCode> {
             }
         },
     );
-    let stats = match result {
+    let written = result.and_then(|stats| Ok((stats, writer.finish()?)));
+    let (stats, writer) = match written {
         // A reader that went away (`| head`) is not an error.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.context("pipeline run failed")?,
     };
-    writer.flush().context("cannot write the output")?;
+    // Until the last line is out, not only processed.
+    let elapsed = started.elapsed();
 
     eprintln!(
         "vigil: {what}: {} input records in {:.3} s ({:.0} events/s, {} partitions)",
         stats.ledger.read,
-        stats.elapsed.as_secs_f64(),
-        stats.events_per_second(),
+        elapsed.as_secs_f64(),
+        stats.ledger.read as f64 / elapsed.as_secs_f64().max(1e-9),
         config.runtime.partitions
     );
     let counts: Vec<String> = writer.counts().map(|(k, n)| format!("{} {n}", k.tag())).collect();
