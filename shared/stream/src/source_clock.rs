@@ -34,6 +34,10 @@ pub struct SourceClock {
     /// Highest event time on any partition, and the first one (the idle clock's origin).
     topic_max: Millis,
     first_ts: Option<Millis>,
+    /// Every partition's watermark as its readers see it, brought up to date by each
+    /// change: a runtime reads them after every record, far more often than one
+    /// clock of several changes.
+    watermarks: Vec<Millis>,
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +71,7 @@ impl SourceClock {
                 .collect(),
             topic_max: NO_WATERMARK,
             first_ts: None,
+            watermarks: vec![NO_WATERMARK; partitions as usize],
         }
     }
 
@@ -78,6 +83,7 @@ impl SourceClock {
         p.watermark.observe(event_ts);
         p.progress.max_event_ts = Some(p.watermark.max_event_ts());
         p.progress.topic_max_at_last_record = Some(self.topic_max);
+        self.refresh();
     }
 
     /// The input has ended: every partition's watermark goes to the end of time.
@@ -90,12 +96,15 @@ impl SourceClock {
     /// One partition's input has ended.
     pub fn finish_partition(&mut self, partition: usize) {
         self.partitions[partition].progress.finished = true;
+        self.refresh();
     }
 
     /// Marks a partition idle or active ([`Idleness::Marked`]); whether that changed it.
     pub fn mark_idle(&mut self, partition: usize, idle: bool) -> bool {
         let p = &mut self.partitions[partition];
-        std::mem::replace(&mut p.marked_idle, idle) != idle
+        let changed = std::mem::replace(&mut p.marked_idle, idle) != idle;
+        self.refresh();
+        changed
     }
 
     /// What to save of one partition.
@@ -113,6 +122,7 @@ impl SourceClock {
         }
         p.progress = progress;
         self.topic_max = self.partitions.iter().filter_map(|p| p.progress.max_event_ts).max().unwrap_or(NO_WATERMARK);
+        self.refresh();
     }
 
     /// One partition's own watermark; `None` while it is idle, when its readers go by
@@ -143,17 +153,32 @@ impl SourceClock {
         }
     }
 
-    /// The minimum watermark over the active partitions.
-    fn topic_watermark(&self) -> Millis {
-        self.partitions.iter().filter(|p| !self.is_idle(p)).map(own_watermark).min().unwrap_or(NO_WATERMARK)
+    /// Every partition's watermark: its own, or, while it is idle, at least the
+    /// minimum over the active partitions.
+    pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
+        self.watermarks.iter().copied()
     }
 
-    /// Every partition's watermark, computing the topic's minimum once.
-    pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
-        let topic = self.topic_watermark();
-        self.partitions
-            .iter()
-            .map(move |p| if self.is_idle(p) { own_watermark(p).max(topic) } else { own_watermark(p) })
+    fn refresh(&mut self) {
+        let mut watermarks = std::mem::take(&mut self.watermarks);
+        let (mut topic, mut any_idle) = (None::<Millis>, false);
+        for (w, p) in watermarks.iter_mut().zip(&self.partitions) {
+            *w = own_watermark(p);
+            if self.is_idle(p) {
+                any_idle = true;
+            } else {
+                topic = Some(topic.map_or(*w, |t| t.min(*w)));
+            }
+        }
+        if any_idle {
+            let topic = topic.unwrap_or(NO_WATERMARK);
+            for (w, p) in watermarks.iter_mut().zip(&self.partitions) {
+                if self.is_idle(p) {
+                    *w = (*w).max(topic);
+                }
+            }
+        }
+        self.watermarks = watermarks;
     }
 }
 
