@@ -192,19 +192,26 @@ impl<K: Ord + Clone, V> OrderedState<K, V> {
     }
 
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        if self.values.contains_key(key) {
+        if self.changed.is_some() && self.values.contains_key(key) {
             self.note(key, true);
         }
         self.values.get_mut(key)
     }
 
     pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
-        let existed = self.values.contains_key(&key);
-        self.note(&key, existed);
+        if self.changed.is_some() {
+            let existed = self.values.contains_key(&key);
+            self.note(&key, existed);
+        }
         self.values.entry(key).or_insert_with(init)
     }
 
     pub fn insert(&mut self, key: K, value: V) {
+        // Untracked (the embedded runtime), one descent of the tree, not two.
+        if self.changed.is_none() {
+            self.values.insert(key, value);
+            return;
+        }
         let existed = self.values.contains_key(&key);
         self.note(&key, existed);
         self.values.insert(key, value);
