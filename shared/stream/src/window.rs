@@ -104,6 +104,13 @@ impl<A> Default for KeyWindows<A> {
 /// Windows of one assigner over many keys. A key's panes, revisions and timer are
 /// its state entry; the timer queue is derived from them.
 pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
+    rules: Rules<A>,
+    keys: KeyedState<K, KeyWindows<A>>,
+    timers: TimerQueue<K>,
+}
+
+/// How every key's windows fire.
+struct Rules<A> {
     windows: SlidingWindows,
     allowed_lateness: Millis,
     /// Which results are worth emitting; the rest are never built.
@@ -111,17 +118,19 @@ pub struct KeyedWindows<K: Ord + Hash + Eq, A> {
     /// A key whose panes together fail `wanted` passes its windows over (see
     /// [`KeyedWindows::emitting_only_monotone`]).
     gated: bool,
-    keys: KeyedState<K, KeyWindows<A>>,
-    timers: TimerQueue<K>,
+}
+
+/// What firing a key's due windows left to do: a timer to register, or the key to
+/// drop once nothing of it can change any more.
+struct Settled {
+    timer: Option<Millis>,
+    empty: bool,
 }
 
 impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     pub fn new(windows: SlidingWindows, allowed_lateness: Millis) -> Self {
         KeyedWindows {
-            windows,
-            allowed_lateness,
-            wanted: Box::new(|_| true),
-            gated: false,
+            rules: Rules { windows, allowed_lateness, wanted: Box::new(|_| true), gated: false },
             keys: KeyedState::default(),
             timers: TimerQueue::default(),
         }
@@ -130,7 +139,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     /// Emits only the results that pass `wanted` (a rule's threshold, say): a sliding
     /// window fires every slide, and most results of a rule are below it.
     pub fn emitting_only(mut self, wanted: impl Fn(&A) -> bool + Send + 'static) -> Self {
-        self.wanted = Box::new(wanted);
+        self.rules.wanted = Box::new(wanted);
         self
     }
 
@@ -143,7 +152,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     /// not emitted, so every window is still merged.
     pub fn emitting_only_monotone(self, wanted: impl Fn(&A) -> bool + Send + 'static) -> Self {
         let mut windows = self.emitting_only(wanted);
-        windows.gated = windows.allowed_lateness == 0;
+        windows.rules.gated = windows.rules.allowed_lateness == 0;
         windows
     }
 
@@ -158,13 +167,14 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         update: impl FnOnce(&mut A),
         out: &mut Vec<WindowResult<K, A>>,
     ) -> Result<(), TooLate> {
-        let w = self.windows;
+        let rules = &self.rules;
+        let w = rules.windows;
         let pane = w.pane_of(ts);
-        if self.closed_for_good(pane + w.size, watermark) {
+        if closed_for_good(pane + w.size, watermark, rules.allowed_lateness) {
             return Err(TooLate);
         }
         let state = self.keys.get_or_insert_with(key, KeyWindows::default);
-        let was_quiet = self.gated && is_quiet(&*self.wanted, &state.panes);
+        let was_quiet = rules.gated && is_quiet(&*rules.wanted, &state.panes);
         if was_quiet {
             // No timer passed its due windows over: that is done before the event
             // can change them, as their firing would have been.
@@ -172,7 +182,7 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         }
         update(state.panes.get_or_default(pane));
         // Woken: its panes pass now, and its timer must follow its windows again.
-        let woke = was_quiet && !is_quiet(&*self.wanted, &state.panes);
+        let woke = was_quiet && !is_quiet(&*rules.wanted, &state.panes);
         let first_end = pane + w.slide;
         if !woke && first_end > state.fired_upto && first_end > watermark && state.timer.is_some_and(|t| t < first_end)
         {
@@ -182,16 +192,17 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         }
         for window in w.windows_of(ts) {
             let fired = window.end <= state.fired_upto;
-            if fired && !closed_for_good(window.end, watermark, self.allowed_lateness) {
+            if fired && !closed_for_good(window.end, watermark, rules.allowed_lateness) {
                 let revision = state.revisions.get(&window.start).map_or(1, |r| r + 1);
                 state.revisions.insert(window.start, revision);
                 let value = merge_panes(&state.panes, window);
-                if (self.wanted)(&value) {
+                if (rules.wanted)(&value) {
                     out.push(WindowResult { key: key.clone(), window, value, revision });
                 }
             }
         }
-        self.process_key(key, watermark, out);
+        let settled = rules.settle(key, state, watermark, out);
+        self.apply(key, settled);
         Ok(())
     }
 
@@ -200,11 +211,10 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
     pub fn advance(&mut self, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
         while let Some((time, key)) = self.timers.pop_due(watermark) {
             // A timer the key has moved since is not its own any more.
-            match self.keys.get_mut(&key) {
-                Some(state) if state.timer == Some(time) => state.timer = None,
-                _ => continue,
-            }
-            self.process_key(&key, watermark, out);
+            let Some(state) = self.keys.get_mut(&key).filter(|state| state.timer == Some(time)) else { continue };
+            state.timer = None;
+            let settled = self.rules.settle(&key, state, watermark, out);
+            self.apply(&key, settled);
         }
     }
 
@@ -213,13 +223,27 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         self.keys.len()
     }
 
-    fn closed_for_good(&self, end: Millis, watermark: Millis) -> bool {
-        closed_for_good(end, watermark, self.allowed_lateness)
+    fn apply(&mut self, key: &K, settled: Settled) {
+        if let Some(timer) = settled.timer {
+            self.timers.register(timer, key.clone());
+        }
+        if settled.empty {
+            self.keys.remove(key);
+        }
     }
+}
 
-    fn process_key(&mut self, key: &K, watermark: Millis, out: &mut Vec<WindowResult<K, A>>) {
+impl<A: Aggregate> Rules<A> {
+    /// Fires the key's due windows, forgets what no on-time event can change any
+    /// more, and moves its timer to its next due time.
+    fn settle<K: Clone>(
+        &self,
+        key: &K,
+        state: &mut KeyWindows<A>,
+        watermark: Millis,
+        out: &mut Vec<WindowResult<K, A>>,
+    ) -> Settled {
         let (w, lateness) = (self.windows, self.allowed_lateness);
-        let Some(state) = self.keys.get_mut(key) else { return };
         let quiet = self.gated && is_quiet(&*self.wanted, &state.panes);
         if quiet {
             pass_due(state, w, watermark);
@@ -253,14 +277,10 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         .flatten()
         .min()
         .map(|due| due - 1);
-        let old = state.timer;
-        state.timer = next;
-        let empty = state.panes.is_empty() && state.revisions.is_empty();
-        if let Some(next) = next.filter(|&next| old != Some(next)) {
-            self.timers.register(next, key.clone());
-        }
-        if empty {
-            self.keys.remove(key);
+        let old = std::mem::replace(&mut state.timer, next);
+        Settled {
+            timer: next.filter(|&next| old != Some(next)),
+            empty: state.panes.is_empty() && state.revisions.is_empty(),
         }
     }
 }
