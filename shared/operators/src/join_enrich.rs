@@ -35,6 +35,13 @@ pub struct JoinKeyState {
     pending_payments: Vec<Payment>,
 }
 
+impl JoinKeyState {
+    /// Nothing left to join: the key can go.
+    fn is_empty(&self) -> bool {
+        self.orders.is_empty() && self.pending_payments.is_empty()
+    }
+}
+
 pub struct JoinEnrich {
     window_ms: Millis,
     tolerance: f64,
@@ -76,21 +83,25 @@ impl JoinEnrich {
     fn on_order(&mut self, order: Order, out: &mut Vec<EnrichedPayment>) {
         let key = order.order_id.clone();
         let (window_ms, tolerance) = (self.window_ms, self.tolerance);
-        let state = self.keys.get_or_insert_with(&key, JoinKeyState::default);
-        let (matched, waiting): (Vec<Payment>, Vec<Payment>) = std::mem::take(&mut state.pending_payments)
-            .into_iter()
-            .partition(|p| (p.payment_ts - order.order_ts).abs() <= window_ms);
-        state.pending_payments = waiting;
-        for payment in matched {
-            release(&mut self.pending_ts, payment.payment_ts);
-            out.push(enrich(payment, Some(&order), tolerance));
-        }
         let expires = order.order_ts + window_ms;
-        if !self.is_over(expires) {
-            self.keys.get_or_insert_with(&key, JoinKeyState::default).orders.push(order);
-            self.timers.register(expires, key.clone());
+        let over = self.is_over(expires);
+        let state = self.keys.get_or_insert_with(&key, JoinKeyState::default);
+        if !state.pending_payments.is_empty() {
+            let (matched, waiting): (Vec<Payment>, Vec<Payment>) = std::mem::take(&mut state.pending_payments)
+                .into_iter()
+                .partition(|p| (p.payment_ts - order.order_ts).abs() <= window_ms);
+            state.pending_payments = waiting;
+            for payment in matched {
+                release(&mut self.pending_ts, payment.payment_ts);
+                out.push(enrich(payment, Some(&order), tolerance));
+            }
         }
-        self.drop_if_empty(&key);
+        if !over {
+            state.orders.push(order);
+            self.timers.register(expires, key);
+        } else if state.is_empty() {
+            self.keys.remove(&key);
+        }
     }
 
     fn on_payment(&mut self, payment: Payment, out: &mut Vec<EnrichedPayment>) {
@@ -122,15 +133,12 @@ impl JoinEnrich {
         state.pending_payments = waiting;
         state.orders.retain(|o| o.order_ts + window_ms >= watermark);
         expired.sort_by(|a, b| (a.payment_ts, &a.payment_id).cmp(&(b.payment_ts, &b.payment_id)));
+        let empty = state.is_empty();
         for payment in expired {
             release(&mut self.pending_ts, payment.payment_ts);
             out.push(enrich(payment, None, self.tolerance));
         }
-        self.drop_if_empty(key);
-    }
-
-    fn drop_if_empty(&mut self, key: &str) {
-        if self.keys.get(key).is_some_and(|s| s.orders.is_empty() && s.pending_payments.is_empty()) {
+        if empty {
             self.keys.remove(key);
         }
     }
