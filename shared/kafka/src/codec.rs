@@ -254,7 +254,14 @@ mod tests {
 
     #[test]
     fn records_other_services_read_survive_avro() {
-        let e = EnrichedPayment {
+        let e = matched_payment();
+        assert_eq!(round_trip(ENRICHED_PAYMENTS, &e), e);
+        let d = device_event();
+        assert_eq!(round_trip(DEVICE_EVENTS, &d), d);
+    }
+
+    fn matched_payment() -> EnrichedPayment {
+        EnrichedPayment {
             record_type: RecordType::EnrichedPayment,
             payment_id: "pay-9001".into(),
             order_id: "order-9001".into(),
@@ -266,10 +273,7 @@ mod tests {
             order_amount: Some(240.0),
             country: Some("US".into()),
             amount_mismatch: true,
-        };
-        assert_eq!(round_trip(ENRICHED_PAYMENTS, &e), e);
-        let d = device_event();
-        assert_eq!(round_trip(DEVICE_EVENTS, &d), d);
+        }
     }
 
     fn device_event() -> DeviceEvent {
@@ -317,19 +321,7 @@ mod tests {
         reads_back_both_ways(DEVICE_EVENTS, &device_event());
         reads_back_both_ways(DEVICE_EVENTS_ONTIME, &device_event());
         reads_back_both_ways(DEVICE_EVENTS_LATE, &LateDeviceEvent::new(device_event(), 1_700_000_090_000));
-        let matched = EnrichedPayment {
-            record_type: RecordType::EnrichedPayment,
-            payment_id: "pay-1".into(),
-            order_id: "order-1".into(),
-            paid_amount: 90.0,
-            method: "card".into(),
-            payment_ts_ms: 1_700_000_001_000,
-            unmatched: false,
-            customer_id: Some("cust-001".into()),
-            order_amount: Some(120.5),
-            country: Some("DE".into()),
-            amount_mismatch: true,
-        };
+        let matched = matched_payment();
         reads_back_both_ways(ENRICHED_PAYMENTS, &matched);
         let unmatched = EnrichedPayment {
             unmatched: true,
