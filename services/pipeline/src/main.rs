@@ -12,6 +12,7 @@ use clap::Parser;
 use vigil_model::Config;
 use vigil_pipeline::ingest::MergedInput;
 use vigil_pipeline::sink::{OutputWriter, WriteBehind};
+use vigil_pipeline::RunStats;
 
 // The pipeline allocates a few small strings per record; mimalloc's thread-local
 // free lists make that markedly cheaper than glibc's malloc.
@@ -93,13 +94,13 @@ fn run(args: Args) -> Result<ExitCode> {
         other => other.context("pipeline run failed")?,
     };
     // Until the last line is out, not only processed.
-    let elapsed = started.elapsed();
+    let stats = RunStats { elapsed: started.elapsed(), ..stats };
 
     eprintln!(
         "vigil: {what}: {} input records in {:.3} s ({:.0} events/s, {} partitions)",
         stats.ledger.read,
-        elapsed.as_secs_f64(),
-        stats.ledger.read as f64 / elapsed.as_secs_f64().max(1e-9),
+        stats.elapsed.as_secs_f64(),
+        stats.events_per_second(),
         config.runtime.partitions
     );
     let counts: Vec<String> = writer.counts().map(|(k, n)| format!("{} {n}", k.tag())).collect();
