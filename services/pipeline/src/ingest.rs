@@ -181,7 +181,8 @@ impl ReadAhead {
         let thread = std::thread::Builder::new().name(format!("read-{}", source.name())).spawn(move || {
             let mut reader = StreamReader::from_reader(source, BufReader::with_capacity(1 << 16, file));
             loop {
-                let batch: Vec<_> = std::iter::from_fn(|| reader.next_line()).take(BATCH_LINES).collect();
+                let mut batch = Vec::with_capacity(BATCH_LINES);
+                batch.extend(std::iter::from_fn(|| reader.next_line()).take(BATCH_LINES));
                 // A short batch is the end of the file; a read error ends it too.
                 let last = batch.len() < BATCH_LINES || batch.iter().any(|line| line.is_err());
                 if batch.is_empty() || sender.send(batch).is_err() || last {

@@ -150,7 +150,8 @@ impl InputRecord {
 }
 
 fn non_empty(field: &str, value: &str) -> Result<(), InvalidRecord> {
-    if value.trim().is_empty() {
+    // As `trim().is_empty()`, stopping at the first character that is not white space.
+    if value.chars().all(char::is_whitespace) {
         return Err(InvalidRecord(format!("`{field}` is empty")));
     }
     Ok(())
