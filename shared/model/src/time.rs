@@ -21,16 +21,10 @@ pub fn iso_utc(ms: Millis) -> IsoUtc {
     } else {
         t.padded(y as u64, 4);
     }
-    t.push(b'-');
-    t.padded(u64::from(m), 2);
-    t.push(b'-');
-    t.padded(u64::from(d), 2);
-    t.push(b'T');
-    for (i, part) in [sod / 3600, sod % 3600 / 60, sod % 60].into_iter().enumerate() {
-        if i > 0 {
-            t.push(b':');
-        }
-        t.padded(part as u64, 2);
+    let sod = sod as u32;
+    for (separator, part) in [(b'-', m), (b'-', d), (b'T', sod / 3600), (b':', sod % 3600 / 60), (b':', sod % 60)] {
+        t.push(separator);
+        t.two_digits(part);
     }
     if frac_ms != 0 {
         t.push(b'.');
@@ -57,6 +51,12 @@ impl IsoUtc {
     fn push(&mut self, b: u8) {
         self.buf[self.len] = b;
         self.len += 1;
+    }
+
+    /// `n`, below 100, as two decimal digits.
+    fn two_digits(&mut self, n: u32) {
+        self.push(b'0' + (n / 10) as u8);
+        self.push(b'0' + (n % 10) as u8);
     }
 
     /// `n` in decimal, zero-padded to `width` digits.
