@@ -15,7 +15,10 @@ pub fn iso_utc(ms: Millis) -> IsoUtc {
     let (y, m, d) = civil_from_days(days);
     let mut t = IsoUtc { buf: [0; 40], len: 0 };
     // As `{y:04}` would: a sign counts towards the width.
-    if y < 0 {
+    if (1000..=9999).contains(&y) {
+        t.two_digits((y / 100) as u32);
+        t.two_digits((y % 100) as u32);
+    } else if y < 0 {
         t.push(b'-');
         t.padded(y.unsigned_abs(), 3);
     } else {
