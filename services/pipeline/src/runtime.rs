@@ -134,7 +134,7 @@ impl EmbeddedRuntime {
                 // Judged against the watermark from before it, then counted in it.
                 let (p, ts) = (self.partition(&d.site_id), d.event_ts);
                 let routed = self.routers[p].record(d);
-                self.routed(routed);
+                self.routed(p, routed);
                 self.devices.observe(p, ts);
                 self.advance_devices();
             }
@@ -240,13 +240,14 @@ impl EmbeddedRuntime {
         self.outputs.extend(alerts.into_iter().map(Output::Health));
     }
 
-    /// The router's two outputs: on-time events (keyed by site) and the late side topic.
-    fn routed(&mut self, routed: Vec<Routed>) {
+    /// The router's two outputs: on-time events and the late side topic. The on-time
+    /// topic is keyed by site as the devices topic is, so an event stays in `partition`.
+    fn routed(&mut self, partition: usize, routed: Vec<Routed>) {
         for r in routed {
             match r {
                 Routed::OnTime(e) => {
                     self.ledger.devices_on_time += 1;
-                    self.on_time(e);
+                    self.on_time(partition, e);
                 }
                 Routed::Late(l) => {
                     self.ledger.devices_late += 1;
@@ -258,12 +259,11 @@ impl EmbeddedRuntime {
         }
     }
 
-    fn on_time(&mut self, e: DeviceEvent) {
+    fn on_time(&mut self, partition: usize, e: DeviceEvent) {
         let e = Arc::new(e);
         let alerts = self.health.record(HealthInput::OnTime(e.clone()));
         self.outputs.extend(alerts.into_iter().map(Output::Health));
-        let q = self.partition(&e.site_id);
-        let out = self.analytics[q].record(e);
+        let out = self.analytics[partition].record(e);
         self.device_outputs(out);
     }
 
