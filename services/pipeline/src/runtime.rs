@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use vigil_model::output::{DeadLetter, EnrichedPayment, LateEvent, Output};
+use vigil_model::output::{DeadLetter, EnrichedPayment, HealthAlert, LateEvent, Output};
 use vigil_model::{Config, DeviceEvent, InputRecord, Millis};
 use vigil_operators::{
     AnomalyOutput, DeviceAnalytics, DeviceOutput, DeviceRouter, HealthInput, HealthMonitor, JoinEnrich, JoinInput,
@@ -168,7 +168,9 @@ impl EmbeddedRuntime {
 
     fn join_record(&mut self, p: usize, input: JoinInput) {
         let out = self.join[p].record(input);
-        self.enriched(out);
+        if !out.is_empty() {
+            self.enriched(out);
+        }
     }
 
     fn advance_payments(&mut self) {
@@ -176,8 +178,11 @@ impl EmbeddedRuntime {
         inputs.clear();
         inputs.extend(self.orders.watermarks().zip(self.payments.watermarks()).map(|(o, p)| o.min(p)));
         for (p, &watermark) in inputs.iter().enumerate() {
+            // Most records move no join's watermark, or fire nothing when they do.
             let out = self.join[p].advance(watermark);
-            self.enriched(out);
+            if !out.is_empty() {
+                self.enriched(out);
+            }
         }
         self.watermarks = inputs;
         let watermark = self.join.iter().map(|t| t.operator.output_watermark()).min().unwrap_or(NO_WATERMARK);
@@ -186,10 +191,10 @@ impl EmbeddedRuntime {
         }
         self.enriched_watermark = watermark;
         let out = self.metrics.advance(watermark);
-        self.metric_outputs(out);
+        self.emit(out);
         for q in 0..self.anomalies.len() {
             let out = self.anomalies[q].advance(watermark);
-            self.anomaly_outputs(out);
+            self.emit(out);
         }
     }
 
@@ -201,25 +206,18 @@ impl EmbeddedRuntime {
             if let Some(customer) = &e.customer_id {
                 let q = self.partition(customer);
                 let out = self.anomalies[q].record(e.clone());
-                self.anomaly_outputs(out);
+                self.emit(out);
             }
             let out = self.metrics.record(e);
-            self.metric_outputs(out);
+            self.emit(out);
         }
     }
 
-    fn metric_outputs(&mut self, out: Vec<MetricsOutput>) {
-        self.outputs.extend(out.into_iter().map(|m| match m {
-            MetricsOutput::Metrics(m) => Output::Metrics(m),
-            MetricsOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
-        }));
-    }
-
-    fn anomaly_outputs(&mut self, out: Vec<AnomalyOutput>) {
-        self.outputs.extend(out.into_iter().map(|a| match a {
-            AnomalyOutput::Anomaly(a) => Output::Anomaly(a),
-            AnomalyOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
-        }));
+    /// A task's outputs as the pipeline's; most calls bring none.
+    fn emit<T: IntoOutput>(&mut self, out: Vec<T>) {
+        if !out.is_empty() {
+            self.outputs.extend(out.into_iter().map(IntoOutput::into_output));
+        }
     }
 
     fn advance_devices(&mut self) {
@@ -234,10 +232,10 @@ impl EmbeddedRuntime {
         self.device_watermark = watermark;
         for q in 0..self.analytics.len() {
             let out = self.analytics[q].advance(watermark);
-            self.device_outputs(out);
+            self.emit(out);
         }
         let alerts = self.health.advance(watermark);
-        self.outputs.extend(alerts.into_iter().map(Output::Health));
+        self.emit(alerts);
     }
 
     /// The router's two outputs: on-time events and the late side topic. The on-time
@@ -253,7 +251,7 @@ impl EmbeddedRuntime {
                     self.ledger.devices_late += 1;
                     self.outputs.push(Output::Late(LateEvent::Device(l.clone())));
                     let alerts = self.health.record(HealthInput::Late(l));
-                    self.outputs.extend(alerts.into_iter().map(Output::Health));
+                    self.emit(alerts);
                 }
             }
         }
@@ -262,16 +260,47 @@ impl EmbeddedRuntime {
     fn on_time(&mut self, partition: usize, e: DeviceEvent) {
         let e = Arc::new(e);
         let alerts = self.health.record(HealthInput::OnTime(e.clone()));
-        self.outputs.extend(alerts.into_iter().map(Output::Health));
+        self.emit(alerts);
         let out = self.analytics[partition].record(e);
-        self.device_outputs(out);
+        self.emit(out);
     }
+}
 
-    fn device_outputs(&mut self, out: Vec<DeviceOutput>) {
-        self.outputs.extend(out.into_iter().map(|d| match d {
+/// What a stage emits, as one of the pipeline's output records.
+trait IntoOutput {
+    fn into_output(self) -> Output;
+}
+
+impl IntoOutput for MetricsOutput {
+    fn into_output(self) -> Output {
+        match self {
+            MetricsOutput::Metrics(m) => Output::Metrics(m),
+            MetricsOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
+        }
+    }
+}
+
+impl IntoOutput for AnomalyOutput {
+    fn into_output(self) -> Output {
+        match self {
+            AnomalyOutput::Anomaly(a) => Output::Anomaly(a),
+            AnomalyOutput::Late(l) => Output::Late(LateEvent::Payment(l)),
+        }
+    }
+}
+
+impl IntoOutput for DeviceOutput {
+    fn into_output(self) -> Output {
+        match self {
             DeviceOutput::Metrics(m) => Output::DeviceMetrics(m),
             DeviceOutput::Anomaly(a) => Output::DeviceAnomaly(a),
             DeviceOutput::Late(l) => Output::Late(LateEvent::Device(l)),
-        }));
+        }
+    }
+}
+
+impl IntoOutput for HealthAlert {
+    fn into_output(self) -> Output {
+        Output::Health(self)
     }
 }
