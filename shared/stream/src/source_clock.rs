@@ -301,20 +301,26 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        let mut c = SourceClock::new(4, 50, Idleness::EventTime { timeout: 300 });
-        let mut now = 0;
-        for _ in 0..5_000 {
-            now += random(40) as Millis;
-            // Partition 3 is quiet for long spells, so it goes idle, and comes back
-            // with records that may be older than its last.
-            let (partition, lag) = match random(20) {
-                0 => (3, random(2_000)),
-                n => ((n % 3) as usize, random(200)),
-            };
-            c.observe(partition, now - lag as Millis);
-            let mut refreshed = c.clone();
-            refreshed.refresh();
-            assert_eq!(c.watermarks, refreshed.watermarks);
+        for idleness in [Idleness::EventTime { timeout: 300 }, Idleness::Marked] {
+            let mut c = SourceClock::new(4, 50, idleness);
+            let mut now = 0;
+            for _ in 0..5_000 {
+                now += random(40) as Millis;
+                // Partition 3 is quiet for long spells, so it goes idle (by event
+                // time, or marked so), and comes back with records that may be older
+                // than its last.
+                let (partition, lag) = match random(20) {
+                    0 => (3, random(2_000)),
+                    n => ((n % 3) as usize, random(200)),
+                };
+                if idleness == Idleness::Marked && random(10) == 0 {
+                    c.mark_idle(3, true);
+                }
+                c.observe(partition, now - lag as Millis);
+                let mut refreshed = c.clone();
+                refreshed.refresh();
+                assert_eq!(c.watermarks, refreshed.watermarks);
+            }
         }
     }
 }
