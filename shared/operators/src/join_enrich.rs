@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use vigil_model::output::{EnrichedPayment, RecordType};
 use vigil_model::{Config, Millis, Order, Payment};
 use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
@@ -28,10 +29,12 @@ pub enum JoinInput {
     Payment(Payment),
 }
 
-/// What one `order_id` holds while it waits.
+/// What one `order_id` holds while it waits. An order id is almost always one
+/// order's, kept inline in the state entry: no allocation per order, and a payment's
+/// lookup finds it in the entry it reads. Serialized as a vector was.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JoinKeyState {
-    orders: Vec<Order>,
+    orders: SmallVec<[Order; 1]>,
     pending_payments: Vec<Payment>,
 }
 
@@ -248,6 +251,7 @@ pub fn enrich(payment: Payment, order: Option<&Order>, tolerance: f64) -> Enrich
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vigil_stream::changelog::encode_value;
     use vigil_stream::harness::Harness;
 
     const T: Millis = 1_700_000_000_000;
@@ -372,5 +376,24 @@ mod tests {
         h.watermark(T + 60_000);
         let out = h.record(payment("p1", "o1", 10.0, T));
         assert!(out[0].unmatched);
+    }
+
+    /// Changelogs written while a key's orders were a `Vec` read back unchanged: the
+    /// state writes the same bytes.
+    #[test]
+    fn a_keys_state_writes_the_bytes_it_wrote_as_vectors() {
+        #[derive(Serialize)]
+        struct AsVectors {
+            orders: Vec<Order>,
+            pending_payments: Vec<Payment>,
+        }
+        let (JoinInput::Order(o), JoinInput::Payment(p)) = (order("o1", 1.0, T), payment("p1", "o1", 1.0, T)) else {
+            unreachable!("the helpers build an order and a payment")
+        };
+        for orders in [vec![], vec![o.clone()], vec![o.clone(), o]] {
+            let state = JoinKeyState { orders: orders.iter().cloned().collect(), pending_payments: vec![p.clone()] };
+            let before = AsVectors { orders, pending_payments: vec![p.clone()] };
+            assert_eq!(encode_value(&state), encode_value(&before));
+        }
     }
 }
