@@ -178,11 +178,18 @@ pub fn security() -> &'static Security {
     SECURITY.get_or_init(Security::default)
 }
 
+/// How often a client asks the broker for its topics' leaders unprompted.
+/// librdkafka's default is five minutes: a client that missed a leader's return after
+/// a broker restart (its last answer named no leader) sends nothing to that partition
+/// until then, which is as long as a producer keeps a record before giving it up.
+const METADATA_REFRESH: &str = "10000";
+
 /// A librdkafka configuration for `bootstrap_servers` with this process's security
 /// settings: where every Vigil client starts.
 pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap_servers);
+    config.set("topic.metadata.refresh.interval.ms", METADATA_REFRESH);
     security().apply(&mut config);
     config
 }
