@@ -71,11 +71,22 @@ impl<O: Operator> Task<O> {
         std::mem::take(&mut self.out)
     }
 
+    /// Takes back a buffer `record` or `advance` returned, emptied, so the next call
+    /// writes into its capacity instead of allocating.
+    fn reuse(&mut self, mut out: Vec<O::Out>) {
+        out.clear();
+        self.out = out;
+    }
+
     /// Advances the task's input watermark; what fired, if it moved.
     fn advance(&mut self, watermark: Millis) -> Vec<O::Out> {
         if watermark > self.watermark {
             self.watermark = watermark;
             self.operator.on_watermark(watermark, &mut self.out);
+        }
+        if self.out.is_empty() {
+            // Most calls: the buffer keeps its capacity for the next record.
+            return Vec::new();
         }
         std::mem::take(&mut self.out)
     }
@@ -133,8 +144,9 @@ impl EmbeddedRuntime {
             InputRecord::Device(d) => {
                 // Judged against the watermark from before it, then counted in it.
                 let (p, ts) = (self.partition(&d.site_id), d.event_ts);
-                let routed = self.routers[p].record(d);
-                self.routed(p, routed);
+                let mut routed = self.routers[p].record(d);
+                self.routed(p, &mut routed);
+                self.routers[p].reuse(routed);
                 self.devices.observe(p, ts);
                 self.advance_devices();
             }
@@ -167,10 +179,11 @@ impl EmbeddedRuntime {
     }
 
     fn join_record(&mut self, p: usize, input: JoinInput) {
-        let out = self.join[p].record(input);
+        let mut out = self.join[p].record(input);
         if !out.is_empty() {
-            self.enriched(out);
+            self.enriched(&mut out);
         }
+        self.join[p].reuse(out);
     }
 
     fn advance_payments(&mut self) {
@@ -179,9 +192,9 @@ impl EmbeddedRuntime {
         inputs.extend(self.orders.watermarks().zip(self.payments.watermarks()).map(|(o, p)| o.min(p)));
         for (p, &watermark) in inputs.iter().enumerate() {
             // Most records move no join's watermark, or fire nothing when they do.
-            let out = self.join[p].advance(watermark);
+            let mut out = self.join[p].advance(watermark);
             if !out.is_empty() {
-                self.enriched(out);
+                self.enriched(&mut out);
             }
         }
         self.watermarks = inputs;
@@ -199,8 +212,8 @@ impl EmbeddedRuntime {
     }
 
     /// The enriched-payments topic: keyed by customer, read by metrics and anomalies.
-    fn enriched(&mut self, payments: Vec<EnrichedPayment>) {
-        for e in payments {
+    fn enriched(&mut self, payments: &mut Vec<EnrichedPayment>) {
+        for e in payments.drain(..) {
             let e = Arc::new(e);
             self.outputs.push(Output::Enriched(e.clone()));
             if let Some(customer) = &e.customer_id {
@@ -240,8 +253,8 @@ impl EmbeddedRuntime {
 
     /// The router's two outputs: on-time events and the late side topic. The on-time
     /// topic is keyed by site as the devices topic is, so an event stays in `partition`.
-    fn routed(&mut self, partition: usize, routed: Vec<Routed>) {
-        for r in routed {
+    fn routed(&mut self, partition: usize, routed: &mut Vec<Routed>) {
+        for r in routed.drain(..) {
             match r {
                 Routed::OnTime(e) => {
                     self.ledger.devices_on_time += 1;
