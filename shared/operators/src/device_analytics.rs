@@ -103,6 +103,9 @@ impl DeviceAnalytics {
     }
 
     fn emit(&mut self, out: &mut Vec<DeviceOutput>) {
+        if self.site_results.is_empty() && self.reboot_results.is_empty() {
+            return; // Most records fire no window (draining an empty vector is not free).
+        }
         for r in self.site_results.drain(..) {
             let c = &r.value;
             if c.faults > self.max_faults {
