@@ -89,15 +89,10 @@ impl JoinEnrich {
         let expires = order.order_ts + window_ms;
         let over = self.is_over(expires);
         let state = self.keys.get_or_insert_with(&key, JoinKeyState::default);
-        if !state.pending_payments.is_empty() {
-            let (matched, waiting): (Vec<Payment>, Vec<Payment>) = std::mem::take(&mut state.pending_payments)
-                .into_iter()
-                .partition(|p| (p.payment_ts - order.order_ts).abs() <= window_ms);
-            state.pending_payments = waiting;
-            for payment in matched {
-                release(&mut self.pending_ts, payment.payment_ts);
-                out.push(enrich(payment, Some(&order), tolerance));
-            }
+        let matched = state.pending_payments.extract_if(.., |p| (p.payment_ts - order.order_ts).abs() <= window_ms);
+        for payment in matched {
+            release(&mut self.pending_ts, payment.payment_ts);
+            out.push(enrich(payment, Some(&order), tolerance));
         }
         if !over {
             state.orders.push(order);
@@ -131,9 +126,8 @@ impl JoinEnrich {
     fn expire(&mut self, key: &str, out: &mut Vec<EnrichedPayment>) {
         let (window_ms, watermark) = (self.window_ms, self.watermark);
         let Some(state) = self.keys.get_mut(key) else { return };
-        let (mut expired, waiting): (Vec<Payment>, Vec<Payment>) =
-            std::mem::take(&mut state.pending_payments).into_iter().partition(|p| p.payment_ts + window_ms < watermark);
-        state.pending_payments = waiting;
+        let mut expired: Vec<Payment> =
+            state.pending_payments.extract_if(.., |p| p.payment_ts + window_ms < watermark).collect();
         state.orders.retain(|o| o.order_ts + window_ms >= watermark);
         expired.sort_by(|a, b| (a.payment_ts, &a.payment_id).cmp(&(b.payment_ts, &b.payment_id)));
         let empty = state.is_empty();
