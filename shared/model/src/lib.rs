@@ -7,6 +7,7 @@ pub mod config;
 mod flat_json;
 pub mod input;
 pub mod output;
+mod plain_text;
 pub mod py_json;
 pub mod time;
 pub mod topology;

@@ -9,38 +9,7 @@
 use serde::ser::{self, Impossible, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 
-/// The bytes a string literal holds as they are: printable ASCII but `"` and `\\`.
-const PLAIN: [bool; 256] = {
-    let mut plain = [false; 256];
-    let mut b = 0x20;
-    while b <= 0x7e {
-        plain[b] = b != b'"' as usize && b != b'\\' as usize;
-        b += 1;
-    }
-    plain
-};
-
-/// Whether every byte is [`PLAIN`]: eight at a time, then the rest one by one.
-fn is_plain(bytes: &[u8]) -> bool {
-    let words = bytes.chunks_exact(8);
-    let rest = words.remainder();
-    words.map(|w| u64::from_le_bytes(w.try_into().expect("eight bytes"))).all(plain_word)
-        && rest.iter().all(|&b| PLAIN[usize::from(b)])
-}
-
-/// Whether all eight bytes of `word` are [`PLAIN`]. Each test below finds whether
-/// any byte is of its kind (which byte, it may not say; whether, it says exactly).
-fn plain_word(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x80 * ONES;
-    let any_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let below_space = word.wrapping_sub(0x20 * ONES) & !word & HIGH;
-    // 0x7f and up: the high bit, set in the byte or by adding one.
-    let del_or_above = (word.wrapping_add(ONES) | word) & HIGH;
-    let quote = any_zero(word ^ (u64::from(b'"') * ONES));
-    let backslash = any_zero(word ^ (u64::from(b'\\') * ONES));
-    below_space | del_or_above | quote | backslash == 0
-}
+use crate::plain_text::{is_plain, PLAIN};
 
 /// A string as a JSON string literal, quotes included.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
@@ -350,29 +319,6 @@ impl ser::SerializeStruct for Fields<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_word_is_plain_when_each_of_its_bytes_is() {
-        let filler = *b"abcdefgh";
-        for at in 0..8 {
-            for b in 0..=255u8 {
-                let mut word = filler;
-                word[at] = b;
-                assert_eq!(plain_word(u64::from_le_bytes(word)), PLAIN[usize::from(b)], "byte {b:#x} at {at}");
-            }
-        }
-        // Words of mostly plain bytes, some not, at random: the same answer as the
-        // table, byte by byte (a carry or borrow from one byte must not hide another).
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..200_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let word = seed.to_le_bytes().map(|b| if b % 16 == 0 { b } else { 0x20 + b % 0x5f });
-            let expected = word.iter().all(|&b| PLAIN[usize::from(b)]);
-            assert_eq!(plain_word(u64::from_le_bytes(word)), expected, "{word:x?}");
-        }
-    }
 
     fn string(s: &str) -> String {
         let mut out = Vec::new();
