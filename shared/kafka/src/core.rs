@@ -161,8 +161,6 @@ struct Task<O> {
     committed_ledger: Ledger,
     /// The task record as last written, so an unchanged one is not written again.
     written: Scalar,
-    /// The input offsets its restored task record was committed with.
-    restored_positions: Vec<(usize, i32, i64)>,
 }
 
 /// A task's own record in the changelog.
@@ -330,8 +328,8 @@ impl<S: Service> TaskCore<S> {
     // --- assignment and restore -------------------------------------------------------
 
     /// New partitions, with the offsets their group committed: the tasks that must now
-    /// be restored from their changelog (each then needs `begin_restore`, its entries,
-    /// and `finish_restore`).
+    /// be restored from their changelog (each then needs `begin_restore`, its entries
+    /// through `restoring`, and `finish_restore`).
     pub fn assign(&mut self, slots: &[Slot], committed: &[(Slot, Option<i64>)]) -> Vec<i32> {
         for &(slot, offset) in committed {
             if let Some(o) = offset {
@@ -388,7 +386,6 @@ impl<S: Service> TaskCore<S> {
             ledger: Ledger::default(),
             committed_ledger: Ledger::default(),
             written: Scalar::default(),
-            restored_positions: Vec::new(),
         };
         self.tasks.insert(task, task_state);
         // Commit once even without input, so the task's first markers tell its readers
@@ -396,17 +393,15 @@ impl<S: Service> TaskCore<S> {
         self.dirty = true;
     }
 
-    /// One changelog entry of `task` (its key without the task prefix).
-    pub fn restore_entry(&mut self, task: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), CoreError> {
-        let restore = |source| CoreError::Restore { task, source };
-        if key == [TASK_RECORD] {
-            let Some(bytes) = value else { return Ok(()) };
-            let record: TaskRecord = decode_value(bytes).map_err(restore)?;
-            self.apply_task_record(task, record, bytes);
-            return Ok(());
-        }
-        let t = self.tasks.get_mut(&task).expect("begin_restore comes first");
-        t.operator.restore_entry(key, value).map_err(restore)
+    /// The tasks begun (see `begin_restore`), each a handle that takes its changelog
+    /// entries apart from the rest of the core: on a thread of its own, if the shell
+    /// likes. Each handle's end (`TaskRestore::finish`) goes to `finish_restore`.
+    pub fn restoring(&mut self, tasks: &[i32]) -> Vec<TaskRestore<'_, S::Op>> {
+        self.tasks
+            .iter_mut()
+            .filter(|(task, _)| tasks.contains(task))
+            .map(|(&task, t)| TaskRestore { task, operator: &mut t.operator, record: None })
+            .collect()
     }
 
     fn apply_task_record(&mut self, task: i32, r: TaskRecord, bytes: &[u8]) {
@@ -435,18 +430,19 @@ impl<S: Service> TaskCore<S> {
         t.in_place = r.in_place;
         t.ledger = r.ledger;
         t.committed_ledger = r.ledger;
-        t.restored_positions = r.positions;
         t.written.restored(bytes);
     }
 
     /// The task is restored; where its state's committed offsets differ from what
     /// the shell believed committed, they replace them, and the shell must read
     /// those partitions from there.
-    pub fn finish_restore(&mut self, task: i32) -> Vec<Correction> {
-        let Some(t) = self.tasks.get_mut(&task) else { return Vec::new() };
-        t.operator.finish_restore();
+    pub fn finish_restore(&mut self, restored: RestoredTask) -> Vec<Correction> {
+        let RestoredTask { task, record } = restored;
+        let Some((record, bytes)) = record else { return Vec::new() };
+        let positions = record.positions.clone();
+        self.apply_task_record(task, record, &bytes);
         let mut corrections = Vec::new();
-        for (input, p, changelog) in std::mem::take(&mut t.restored_positions) {
+        for (input, p, changelog) in positions {
             let slot = (input, p);
             let believed = self.committed.get(&slot).copied();
             if believed != Some(changelog) {
@@ -935,6 +931,46 @@ pub fn changelog_key(task: i32, entry: &[u8]) -> Vec<u8> {
     key.extend_from_slice(&(task as u32).to_be_bytes());
     key.extend_from_slice(entry);
     key
+}
+
+/// One task's restore, apart from the core: its changelog entries in order, then
+/// `finish`.
+pub struct TaskRestore<'a, O> {
+    task: i32,
+    operator: &'a mut O,
+    /// The task's own record as last written (decoded, and its bytes): every one
+    /// holds the whole of what it says, so the last one is the task's.
+    record: Option<(TaskRecord, Vec<u8>)>,
+}
+
+impl<O: Stateful> TaskRestore<'_, O> {
+    pub fn task(&self) -> i32 {
+        self.task
+    }
+
+    /// One changelog entry of the task (its key without the task prefix).
+    pub fn entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), CoreError> {
+        let restore = |source| CoreError::Restore { task: self.task, source };
+        if key == [TASK_RECORD] {
+            let Some(bytes) = value else { return Ok(()) };
+            self.record = Some((decode_value(bytes).map_err(restore)?, bytes.to_vec()));
+            return Ok(());
+        }
+        self.operator.restore_entry(key, value).map_err(restore)
+    }
+
+    /// After the last entry: the operator rebuilds what it derives from its entries;
+    /// the rest goes to [`TaskCore::finish_restore`].
+    pub fn finish(self) -> RestoredTask {
+        self.operator.finish_restore();
+        RestoredTask { task: self.task, record: self.record }
+    }
+}
+
+/// A task's restore done apart from the core, for [`TaskCore::finish_restore`].
+pub struct RestoredTask {
+    task: i32,
+    record: Option<(TaskRecord, Vec<u8>)>,
 }
 
 /// The entry key of a changelog record of `task`, or `None` if it belongs to another.

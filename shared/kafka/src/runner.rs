@@ -574,17 +574,16 @@ impl<S: Service> Runner<S> {
         for &task in tasks {
             self.core.begin_restore(task);
         }
-        let core = &mut self.core;
-        let partitions = core.partitions();
-        let restored = restore::read_tasks(
+        let partitions = self.core.partitions();
+        let mut restored = restore::read_tasks(
             &self.settings.bootstrap_servers,
             &self.settings.group_id,
             &self.changelog,
             partitions,
-            tasks,
-            |task, key, value| Ok(core.restore_entry(task, key, value)?),
+            self.core.restoring(tasks),
         )?;
-        let corrections: Vec<Correction> = tasks.iter().flat_map(|&task| self.core.finish_restore(task)).collect();
+        let corrections: Vec<Correction> =
+            restored.tasks.drain(..).flat_map(|task| self.core.finish_restore(task)).collect();
         let took = started.elapsed();
         self.metrics.restored_records.inc_by(restored.records);
         self.metrics.restore_seconds.set(took.as_secs_f64());

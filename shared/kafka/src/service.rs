@@ -85,7 +85,8 @@ impl Outgoing {
 /// What makes a service: its stage in the topology, its operator, and how records map
 /// to both.
 pub trait Service {
-    type Op: Operator + Stateful;
+    /// Sent to a thread of its own while it restores.
+    type Op: Operator + Stateful + Send;
 
     /// The stage as the topology declares it.
     fn spec(&self) -> topology::Stage;

@@ -60,12 +60,23 @@ impl<S: Service> Member<S> {
     fn restore(&mut self, broker: &Broker, tasks: &[i32]) {
         for &task in tasks {
             self.core.begin_restore(task);
-            let partition = task % self.core.partitions();
-            for ((p, key), value) in &broker.changelog {
-                if let (true, Some(entry)) = (*p == partition, entry_of(task, key)) {
-                    self.core.restore_entry(task, entry, Some(value)).unwrap();
+        }
+        let partitions = self.core.partitions();
+        let restored: Vec<_> = self
+            .core
+            .restoring(tasks)
+            .into_iter()
+            .map(|mut restore| {
+                let task = restore.task();
+                for ((p, key), value) in &broker.changelog {
+                    if let (true, Some(entry)) = (*p == task % partitions, entry_of(task, key)) {
+                        restore.entry(entry, Some(value)).unwrap();
+                    }
                 }
-            }
+                restore.finish()
+            })
+            .collect();
+        for task in restored {
             self.corrections.extend(self.core.finish_restore(task));
         }
     }
