@@ -151,10 +151,9 @@ fn read_partition<O: Stateful>(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        // Large fetches: a restore reads whole partitions as fast as it can (with
-        // librdkafka's 1 MiB it ran at well under half the speed). Below 32 MiB,
-        // though: larger response buffers are glibc mmaps, freshly zeroed by the
-        // kernel for every fetch; smaller ones are reused. A larger record batch
+        // Small fetches, with a thread per partition: 8 MiB ones ran slower and
+        // took three times the memory, their buffers no longer in cache. 1 MiB is
+        // the least librdkafka takes (`message.max.bytes`); a larger record batch
         // still comes whole.
         .set("fetch.max.bytes", "1048576")
         .set("max.partition.fetch.bytes", "1048576")
