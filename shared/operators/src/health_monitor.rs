@@ -24,6 +24,7 @@ use vigil_model::output::{
 use vigil_model::{Config, DeviceEvent, EventType, Millis};
 use vigil_stream::changelog::{decode_value, meta_key, split_key, Scalar, StateError, StateWrite, Stateful, META};
 use vigil_stream::state::OrderedState;
+use vigil_stream::time_set::TimeSet;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::window::{Aggregate, KeyedWindows, SlidingWindows, Window, WindowResult};
 use vigil_stream::Operator;
@@ -64,7 +65,7 @@ pub struct HealthMonitor {
     retention_ms: Millis,
     watermark: Millis,
     /// On-time event times not yet released for the gap check (a set).
-    unreleased: OrderedState<Millis, ()>,
+    unreleased: TimeSet,
     last_released: Option<Millis>,
     faults: KeyedWindows<(), Faults>,
     fired: Vec<WindowResult<(), Faults>>,
@@ -94,7 +95,7 @@ impl HealthMonitor {
             max_faults: h.max_faults_per_window,
             retention_ms: h.late_window_retention_ms as Millis,
             watermark: NO_WATERMARK,
-            unreleased: OrderedState::default(),
+            unreleased: TimeSet::default(),
             last_released: None,
             faults: KeyedWindows::new(SlidingWindows::tumbling(window_ms), allowed_lateness_ms)
                 .emitting_only(move |f: &Faults| f.0 > max_faults),
@@ -106,7 +107,7 @@ impl HealthMonitor {
 
     fn on_time(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<HealthAlert>) {
         if self.last_released.is_none_or(|last| e.event_ts > last) {
-            self.unreleased.insert(e.event_ts, ());
+            self.unreleased.insert(e.event_ts);
         }
         if e.event_type == EventType::Fault {
             // An on-time event is never past the allowed lateness of the router that
@@ -177,7 +178,7 @@ impl HealthMonitor {
 
     fn release_gaps(&mut self, out: &mut Vec<HealthAlert>) {
         let horizon = self.watermark.saturating_sub(self.allowed_lateness_ms);
-        while let Some((&ts, _)) = self.unreleased.first_key_value() {
+        while let Some(ts) = self.unreleased.first() {
             if ts >= horizon {
                 break;
             }

@@ -12,6 +12,7 @@ pub mod retention;
 pub mod source_clock;
 pub mod state;
 mod table;
+pub mod time_set;
 pub mod timers;
 pub mod watermark;
 pub mod window;
