@@ -85,8 +85,8 @@ printf '\nKafka: %s records produced in %.1f s; every enriched payment processed
 
 # --- 3. restore after kill -9 --------------------------------------------------------
 echo
-echo "| stage | changelog records restored | restore time | records/s |"
-echo "|---|---|---|---|"
+echo "| stage | changelog records restored | restore time | records/s | peak RSS after the restore |"
+echo "|---|---|---|---|---|"
 for s in "${STATEFUL[@]}"; do
   kill -9 "${PIDS[$s]}"
   wait "${PIDS[$s]}" 2>/dev/null || true
@@ -96,7 +96,8 @@ for s in "${STATEFUL[@]}"; do
   done
   restored=$(svc_metric "$s" vigil_restored_records_total)
   seconds=$(curl -s "127.0.0.1:${PORTS[$s]}/metrics" | awk '$1 ~ /^vigil_restore_seconds/ {print $2}')
-  printf '| %s | %s | %.2f s | %.0f |\n' "$s" "$restored" "$seconds" "$(bc -l <<<"$restored / $seconds")"
+  peak=$(awk '/VmHWM/ {print $2}' "/proc/${PIDS[$s]}/status")
+  printf '| %s | %s | %.2f s | %.0f | %s MiB |\n' "$s" "$restored" "$seconds" "$(bc -l <<<"$restored / $seconds")" "$((peak / 1024))"
 done
 
 # --- 4. same output as the embedded runtime -----------------------------------------
