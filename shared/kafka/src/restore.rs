@@ -105,7 +105,7 @@ pub fn read_tasks<O: Stateful + Send>(
     let (empty, to_read): (Vec<_>, Vec<_>) =
         by_partition.into_iter().partition(|(p, _)| readable[p].0 >= readable[p].1);
     let mut reads = vec![Ok(finish(empty.into_iter().flat_map(|(_, tasks)| tasks).collect(), Restored::default()))];
-    let queue = Mutex::new(to_read);
+    let queue = Mutex::new(to_read.into_iter().map(|(p, tasks)| (p, readable[&p].0, tasks)).collect::<Vec<_>>());
     let failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let readers: Vec<_> = (0..READERS.min(queue.lock().expect("queue").len()))
@@ -114,8 +114,10 @@ pub fn read_tasks<O: Stateful + Send>(
                     let mut reads = Vec::new();
                     loop {
                         let next = queue.lock().expect("queue").pop();
-                        let Some((p, tasks)) = next.filter(|_| !failed.load(Ordering::Relaxed)) else { return reads };
-                        let read = read_partition(bootstrap_servers, group_id, changelog, p, tasks, &failed);
+                        let Some((p, first, tasks)) = next.filter(|_| !failed.load(Ordering::Relaxed)) else {
+                            return reads;
+                        };
+                        let read = read_partition(bootstrap_servers, group_id, changelog, (p, first), tasks, &failed);
                         failed.fetch_or(read.is_err(), Ordering::Relaxed);
                         reads.push(read);
                     }
@@ -142,7 +144,7 @@ fn read_partition<O: Stateful>(
     bootstrap_servers: &str,
     group_id: &str,
     changelog: &str,
-    partition: i32,
+    (partition, first): (i32, i64),
     mut tasks: Vec<TaskRestore<'_, O>>,
     failed: &AtomicBool,
 ) -> Result<Restored> {
@@ -151,6 +153,7 @@ fn read_partition<O: Stateful>(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
         // Small fetches, with a thread per partition: 8 MiB ones ran slower and
         // took three times the memory, their buffers no longer in cache. 1 MiB is
         // the least librdkafka takes (`message.max.bytes`); a larger record batch
@@ -168,7 +171,11 @@ fn read_partition<O: Stateful>(
         .context("cannot create the changelog reader")?;
     let reader = ClosedAside(Some(reader));
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(changelog, partition, Offset::Beginning)?;
+    // From its first offset, known already: asked to start at `Beginning`, a new
+    // client looks that offset up, and before it knows the partition's leader it
+    // retries the lookup only after 500 ms, which held up every start-up. (Should the
+    // log's start move meanwhile, `auto.offset.reset` reads from the new one.)
+    tpl.add_partition_offset(changelog, partition, Offset::Offset(first))?;
     reader.assign(&tpl)?;
     let mut restored = Restored::default();
     let mut idle_since: Option<Instant> = None;
