@@ -240,13 +240,24 @@ fn wait_for_open_transactions(
     partitions: &BTreeSet<i32>,
 ) -> Result<Readable> {
     let client = |isolation| -> Result<ClosedAside<BaseConsumer>> {
-        let client = connection::client_config(bootstrap_servers)
+        let client: BaseConsumer = connection::client_config(bootstrap_servers)
             .set("isolation.level", isolation)
             .create()
             .context("cannot create the changelog's offset client")?;
+        // Asked for offsets before it knows the partition's leader, a new client asks
+        // for the leader, often before its connection is up, then asks again at
+        // growing intervals: half a second lost in one start of three. A metadata
+        // request waits for the connection instead.
+        client
+            .fetch_metadata(Some(changelog), WATERMARKS_TIMEOUT)
+            .with_context(|| format!("cannot read the metadata of `{changelog}`"))?;
         Ok(ClosedAside(Some(client)))
     };
-    let (uncommitted, committed) = (client("read_uncommitted")?, client("read_committed")?);
+    let (uncommitted, committed) = std::thread::scope(|scope| {
+        let committed = scope.spawn(|| client("read_committed"));
+        (client("read_uncommitted"), committed.join().expect("making an offset client does not panic"))
+    });
+    let (uncommitted, committed) = (uncommitted?, committed?);
     // Each query is a round trip to the broker: all partitions' go at once.
     let ends = |client_end: &(dyn Fn(i32) -> KafkaResult<(i64, i64)> + Sync)| -> Result<Readable> {
         std::thread::scope(|scope| {
