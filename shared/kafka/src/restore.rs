@@ -246,7 +246,7 @@ fn wait_for_open_transactions(
             .context("cannot create the changelog's offset client")?;
         // Asked for offsets before it knows the partition's leader, a new client asks
         // for the leader, often before its connection is up, then asks again at
-        // growing intervals: half a second lost in one start of three. A metadata
+        // growing intervals: half a second lost in about one restore of twelve. A metadata
         // request waits for the connection instead.
         client
             .fetch_metadata(Some(changelog), WATERMARKS_TIMEOUT)
