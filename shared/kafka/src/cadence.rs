@@ -7,9 +7,10 @@
 //!   member's time (on a loaded broker a commit takes as long as the interval, and
 //!   committing every interval would halve the member's throughput). Capped at
 //!   `MAX_STRETCH` intervals, which bounds what a backlog adds to latency.
-//! - When the input goes quiet (a poll comes back empty), waiting for the rest of
-//!   the interval only adds latency: the member commits once a quarter of the
-//!   interval has passed since the last commit.
+//! - When the input goes quiet (a poll comes back empty) while records or a moved
+//!   watermark wait for the commit, waiting for the rest of the interval only adds
+//!   latency: the member commits once a quarter of the interval has passed since
+//!   the last commit.
 
 use std::time::Duration;
 
@@ -50,7 +51,8 @@ impl Cadence {
         }
     }
 
-    /// Whether to commit now; `quiet`: the last poll found nothing to read; `busy`:
+    /// Whether to commit now; `quiet`: the last poll found nothing to read, and
+    /// records or a moved watermark wait for the commit; `busy`:
     /// no poll has come back empty since the last commit.
     pub fn due(&self, dirty: bool, since_commit: Duration, quiet: bool, busy: bool) -> bool {
         let wait = match busy {

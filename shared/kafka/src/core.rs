@@ -163,6 +163,13 @@ struct Task<O> {
     written: Scalar,
 }
 
+impl<O: Operator> Task<O> {
+    /// Whether its watermark or idleness moved since its last markers downstream.
+    fn has_news(&self) -> bool {
+        self.operator.output_watermark() > self.sent_watermark || self.idle != self.sent_idle
+    }
+}
+
 /// A task's own record in the changelog.
 #[derive(Debug, Serialize, Deserialize)]
 struct TaskRecord {
@@ -281,6 +288,22 @@ impl<S: Service> TaskCore<S> {
     /// Whether anything changed since the last commit.
     pub fn is_dirty(&self) -> bool {
         self.dirty
+    }
+
+    /// Whether every task has decided how its source input is keyed and one has yet
+    /// to say so on the repartition topics. Until it does, the tasks reading them
+    /// hold their own input (see [`TaskCore::on_input`]), so this is worth a commit
+    /// at once rather than at the cadence's next.
+    pub fn decision_unsent(&self) -> bool {
+        self.inputs.iter().any(Input::is_repartition)
+            && self.tasks.values().all(|t| t.decided)
+            && self.tasks.values().any(|t| t.sent_source_watermark == NO_WATERMARK)
+    }
+
+    /// Whether a task's next commit tells its readers downstream that its watermark
+    /// or idleness moved.
+    pub fn has_news(&self) -> bool {
+        self.tasks.values().any(Task::has_news)
     }
 
     pub fn tasks(&self) -> impl Iterator<Item = i32> + '_ {
@@ -784,8 +807,8 @@ impl<S: Service> TaskCore<S> {
                     task.sent_source_idle = idle;
                 }
             }
-            let out_watermark = task.operator.output_watermark();
-            if out_watermark > task.sent_watermark || task.idle != task.sent_idle {
+            if task.has_news() {
+                let out_watermark = task.operator.output_watermark();
                 batch.markers.push(Marker { task: Some(id as u32), watermark: out_watermark, idle: task.idle });
                 task.sent_watermark = task.sent_watermark.max(out_watermark);
                 task.sent_idle = task.idle;

@@ -229,8 +229,9 @@ type Readable = BTreeMap<i32, (i64, i64)>;
 /// suite: going on without it, and with the group's offsets of the commit before,
 /// did that commit's work again once its markers landed), so the restore fails and
 /// the member starts over to restore again later. A hanging transaction (one its
-/// coordinator no longer knows) of the member's own producer id is not there: its
-/// new epoch has claimed the partition and aborted it (see `epoch`). One of another
+/// coordinator no longer knows) of the member's own producer id ends with its new
+/// epoch's claim on the partition (see `epoch`), which may still be under way: then
+/// the wait ends with the claim, as it does with the claim's own. One of another
 /// producer id (an instance that no longer runs) holds it until an operator aborts
 /// it, as the error says how. Returns what the reader can read of each partition: its
 /// first offset and its last stable one.

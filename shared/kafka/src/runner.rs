@@ -16,6 +16,7 @@ use crate::connection;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -120,6 +121,9 @@ pub struct Runner<S: Service> {
     consumer: BaseConsumer<GroupContext>,
     /// Shared with the thread that sends a commit's offsets (see `send_offsets`).
     producer: Arc<Kafka>,
+    /// The producer epoch's claim on the partitions the member writes, under way on
+    /// a thread of its own (see `init_transactions`).
+    claim: Option<JoinHandle<KafkaResult<()>>>,
     rebalances: SharedLog,
     membership: Membership,
     /// The member reported degraded for being out of its group.
@@ -144,6 +148,8 @@ pub struct Runner<S: Service> {
     /// A poll has come back empty since the last commit: the member is not behind.
     drained_since_commit: bool,
     in_transaction: bool,
+    /// The open transaction holds records read or written, not only markers or state.
+    carries_records: bool,
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
     last_commit: Instant,
@@ -216,6 +222,7 @@ impl<S: Service> Runner<S> {
             beat,
             consumer,
             producer,
+            claim: None,
             rebalances,
             membership: Membership::default(),
             out_of_group: false,
@@ -224,6 +231,7 @@ impl<S: Service> Runner<S> {
             drained: false,
             drained_since_commit: false,
             in_transaction: false,
+            carries_records: false,
             failed_commits: 0,
             last_commit: Instant::now(),
             reads: Vec::new(),
@@ -254,9 +262,12 @@ impl<S: Service> Runner<S> {
     fn run_member(&mut self, shutdown: &AtomicBool, election: &mut Option<Leadership>) -> Result<()> {
         match self.core.service().parallelism() {
             Parallelism::PerPartition => {
-                self.init_transactions()?;
+                // The group join runs on librdkafka's threads while the producer
+                // fences its predecessor; the assignment is taken only in `process`,
+                // after that.
                 let names: Vec<&str> = self.topics.iter().map(|(name, _)| name.as_str()).collect();
                 self.consumer.subscribe(&names).context("cannot subscribe")?;
+                self.init_transactions()?;
                 self.set_role(Role::Active);
                 self.log_running();
                 self.process(shutdown, None)?;
@@ -375,7 +386,13 @@ impl<S: Service> Runner<S> {
             self.metrics.set_watermark(self.core.lowest_watermark());
             self.metrics.input_ended.set(i64::from(self.core.input_ended()));
             let busy = !self.drained_since_commit;
-            if self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), self.drained, busy) {
+            // Going quiet hurries a commit for what readers wait for: the records read
+            // or written in its transaction, a watermark that moved. Other changes of
+            // state (new tasks' entries, upstream markers read) wait for the interval.
+            let quiet = self.drained && (self.carries_records || self.core.has_news());
+            if self.core.decision_unsent()
+                || self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), quiet, busy)
+            {
                 self.commit()?;
             }
         }
@@ -490,6 +507,8 @@ impl<S: Service> Runner<S> {
         }
         let tasks = self.core.assign(&slots, &committed);
         self.restore_tasks(&tasks)?;
+        // The new tasks' entries wait for their first records' commit, or an interval.
+        self.last_commit = Instant::now();
         self.read_from_next_to_count(&slots)
     }
 
@@ -557,6 +576,7 @@ impl<S: Service> Runner<S> {
             any.add_partition_offset(e.topic(), e.partition(), Offset::Offset(0))?;
         }
         let group = self.consumer.group_metadata().context("the consumer has no group metadata")?;
+        self.await_claim()?;
         self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
         self.producer.send_offsets_to_transaction(&any, &group, IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         self.producer.abort_transaction(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
@@ -638,9 +658,11 @@ impl<S: Service> Runner<S> {
 
     fn begin(&mut self) -> Result<()> {
         if !self.in_transaction {
+            self.await_claim()?;
             self.producer.begin_transaction().map_err(|e| self.fatal(e))?;
             self.in_transaction = true;
             self.reads.clear();
+            self.carries_records = false;
         }
         Ok(())
     }
@@ -718,6 +740,7 @@ impl<S: Service> Runner<S> {
             }
             self.metrics.processing.observe(read.elapsed().as_secs_f64());
             self.reads.push(read);
+            self.carries_records = true;
         }
         if let Some(reason) = undecodable {
             self.dead_letter(&self.topics[slot.0].0, p, offset, reason, payload)?;
@@ -844,6 +867,7 @@ impl<S: Service> Runner<S> {
             return Ok(());
         }
         self.begin()?;
+        self.carries_records = true;
         for emitted in outputs {
             if emitted.late {
                 self.metrics.late_records.inc();
@@ -1008,6 +1032,11 @@ impl<S: Service> Runner<S> {
     /// transaction failed can wait on a coordinator that is not answering, and the
     /// loop must not wait with it (the new producer's epoch fences the old one).
     fn replace_producer(&mut self) -> Result<()> {
+        // A claim still under way was the old producer's; one that failed says no
+        // more than the new producer's `init_transactions` will.
+        if let Some(claim) = self.claim.take() {
+            let _ = claim.join();
+        }
         let old = std::mem::replace(&mut self.producer, transactional_producer(&self.settings)?);
         std::thread::spawn(move || drop(old));
         Ok(())
@@ -1033,10 +1062,27 @@ impl<S: Service> Runner<S> {
     /// The producer's `init_transactions` (a new epoch, which fences older ones and
     /// waits for their transactions to end), then that epoch's claim on every
     /// partition the member writes (see `epoch`): a write of an older epoch still on
-    /// its way is refused from then on, and one that came first is aborted.
+    /// its way is refused from then on, and one that came first is aborted. The
+    /// claim writes one partition per request, five at a time (librdkafka's most for
+    /// an idempotent producer), about 0.1-0.2 s for a stage's 16-24 partitions: it
+    /// runs while the member joins its group and restores its tasks, and the
+    /// member's first transaction waits for it (`await_claim`). Restores read
+    /// committed records only, so they see the same with or without it done.
     fn init_transactions(&mut self) -> Result<()> {
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
-        epoch::claim_partitions(&self.producer, &self.written, self.core.partitions(), IO_TIMEOUT)
+        let (producer, written, partitions) =
+            (Arc::clone(&self.producer), self.written.clone(), self.core.partitions());
+        self.claim =
+            Some(std::thread::spawn(move || epoch::claim_partitions(&producer, &written, partitions, IO_TIMEOUT)));
+        Ok(())
+    }
+
+    /// Waits for the producer epoch's claim to be done (see `init_transactions`).
+    fn await_claim(&mut self) -> Result<()> {
+        let Some(claim) = self.claim.take() else { return Ok(()) };
+        claim
+            .join()
+            .expect("claiming partitions does not panic")
             .map_err(|e| self.fatal(e))
             .context("cannot claim the partitions this member writes for its new producer epoch")
     }

@@ -776,6 +776,7 @@ fn a_task_reads_no_source_record_until_every_repartition_writer_has_decided() {
         assert_eq!(r, core::Routed::Held { seek: None });
     }
     assert_eq!(router.core.on_input(source, 7, record(e(site, 7), 0)).unwrap(), core::Routed::Held { seek: Some(0) });
+    assert!(!router.core.decision_unsent(), "no commit is hurried while other tasks are still deciding");
     // Its own marker says it forwards nothing; the other three writers are silent.
     let markers = router.commit(&mut Broker::default());
     assert_eq!(markers.len(), 1, "only the decided task speaks: {markers:?}");
@@ -787,7 +788,9 @@ fn a_task_reads_no_source_record_until_every_repartition_writer_has_decided() {
     for q in (0..PARTITIONS as i32).filter(|&q| q != p) {
         router.core.mark_idle((0, q));
     }
+    assert!(router.core.decision_unsent(), "every task decided, three not said: worth a commit at once");
     let markers = router.commit(&mut Broker::default());
+    assert!(!router.core.decision_unsent());
     assert_eq!(markers.len(), 3);
     for (offset, marker) in markers.iter().enumerate() {
         router.feed(repartition, 1 + offset as i64, Incoming::Marker(*marker));
