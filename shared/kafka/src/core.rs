@@ -168,6 +168,18 @@ impl<O: Operator> Task<O> {
     fn has_news(&self) -> bool {
         self.operator.output_watermark() > self.sent_watermark || self.idle != self.sent_idle
     }
+
+    /// Whether what it would say on the repartition topics is worth a marker. Its
+    /// readers leave an idle writer out of their watermark, and use what it last
+    /// said only once every other input has ended (see `advance_watermarks`), where
+    /// a stale value holds them back no further than the writer's own end: so while
+    /// it stays idle, its end is news, and where it is only when `repeat_idle` says
+    /// (see [`TaskCore::prepare_commit`]). Otherwise every commit of a stage fed
+    /// keyed input would write every repartition partition, a produce request each.
+    fn source_news(&self, watermark: Millis, idle: bool, repeat_idle: bool) -> bool {
+        idle != self.sent_source_idle
+            || (watermark > self.sent_source_watermark && (!idle || repeat_idle || watermark == END_OF_TIME))
+    }
 }
 
 /// A task's own record in the changelog.
@@ -791,7 +803,11 @@ impl<S: Service> TaskCore<S> {
 
     /// The markers, changelog writes and offsets of a commit. Calling it again before
     /// [`TaskCore::committed`] or [`TaskCore::abort`] gives only what changed since.
-    pub fn prepare_commit(&mut self) -> CommitBatch {
+    /// With `repeat_idle`, tasks idle on the repartition topics say there where
+    /// their source watermark has got to: the shell asks for it every so often, so
+    /// that their readers' partitions there are not silent for long (each silent
+    /// spell costs a reader a query to the broker) and what those hold is not old.
+    pub fn prepare_commit(&mut self, repeat_idle: bool) -> CommitBatch {
         let mut batch = CommitBatch::default();
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         let mut writes = Vec::new();
@@ -801,7 +817,7 @@ impl<S: Service> TaskCore<S> {
             let source = self.source_watermark(id);
             let task = self.tasks.get_mut(&id).expect("a listed task");
             if let Some((watermark, idle)) = source {
-                if watermark > task.sent_source_watermark || idle != task.sent_source_idle {
+                if task.source_news(watermark, idle, repeat_idle) {
                     batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle });
                     task.sent_source_watermark = task.sent_source_watermark.max(watermark);
                     task.sent_source_idle = idle;

@@ -1,9 +1,11 @@
 //! Watermarks between services. A Kafka topic carries records, not event-time
-//! progress, so every task that writes a topic also writes, at each commit, a marker
-//! record to every partition of it: no value, two headers saying which task wrote it
-//! and its output watermark. A reader's watermark for a partition is the minimum over
-//! the tasks that write to it, as Flink combines its input channels; the embedded
-//! runtime combines the same tasks the same way.
+//! progress, so every task that writes a topic also writes, at each commit that moves
+//! its watermark or idleness, a marker record to every partition of it (on the
+//! repartition topics, an idle task's less often: see `source_news` in `core.rs`): no
+//! value, two headers saying which task wrote it and its output watermark. A
+//! reader's watermark for a partition is the minimum over the tasks that write to
+//! it, as Flink combines its input channels; the embedded runtime combines the same
+//! tasks the same way.
 //!
 //! A task whose inputs are all idle says so in its markers (a third header); its
 //! readers leave it out until it speaks again, as Flink's idle watermark status does.

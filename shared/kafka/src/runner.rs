@@ -153,6 +153,9 @@ pub struct Runner<S: Service> {
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
     last_commit: Instant,
+    /// When the idle tasks last repeated their markers on the repartition topics
+    /// (see `TaskCore::prepare_commit`).
+    idle_markers_repeated: Instant,
     cadence: Cadence,
     /// When each record of the open transaction was read, for its commit wait.
     reads: Vec<Instant>,
@@ -234,6 +237,7 @@ impl<S: Service> Runner<S> {
             carries_records: false,
             failed_commits: 0,
             last_commit: Instant::now(),
+            idle_markers_repeated: Instant::now(),
             reads: Vec::new(),
             records_in,
             records_out,
@@ -903,7 +907,10 @@ impl<S: Service> Runner<S> {
         let started = Instant::now();
         let started_ms = now_ms();
         self.begin()?;
-        let batch = self.core.prepare_commit();
+        // Twice per spell of silence, so that a reader's repartition partitions, whose
+        // writers are all idle, are not silent for a whole spell as long as those run.
+        let repeat_idle = self.idle_markers_repeated.elapsed() >= self.silence.after() / 2;
+        let batch = self.core.prepare_commit(repeat_idle);
         self.write_batch(&batch)?;
         let mut offsets = TopicPartitionList::new();
         for &((i, p), next) in &batch.offsets {
@@ -924,6 +931,9 @@ impl<S: Service> Runner<S> {
         }
         match result {
             Ok(()) => {
+                if repeat_idle {
+                    self.idle_markers_repeated = Instant::now();
+                }
                 self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();

@@ -111,7 +111,13 @@ impl<S: Service> Member<S> {
 
     /// Commits, and returns the markers it wrote to the repartition topics.
     fn commit(&mut self, broker: &mut Broker) -> Vec<Marker> {
-        let batch = self.write_transaction(broker);
+        self.commit_repeating(broker, false)
+    }
+
+    /// A commit; with `repeat_idle`, one at which the shell asks idle tasks to say
+    /// where they are on the repartition topics.
+    fn commit_repeating(&mut self, broker: &mut Broker, repeat_idle: bool) -> Vec<Marker> {
+        let batch = self.write_transaction(broker, repeat_idle);
         self.markers.extend(batch.markers);
         self.core.committed();
         batch.repartition_markers
@@ -120,12 +126,12 @@ impl<S: Service> Member<S> {
     /// A commit that completed on the broker while the member was told it failed (a
     /// commit that timed out, say): its outputs are out, the member does not know.
     fn commit_unbeknownst(&mut self, broker: &mut Broker) {
-        self.write_transaction(broker);
+        self.write_transaction(broker, false);
     }
 
     /// What a committed transaction leaves on the broker and delivers.
-    fn write_transaction(&mut self, broker: &mut Broker) -> core::CommitBatch {
-        let mut batch = self.core.prepare_commit();
+    fn write_transaction(&mut self, broker: &mut Broker, repeat_idle: bool) -> core::CommitBatch {
+        let mut batch = self.core.prepare_commit(repeat_idle);
         for w in batch.changelog.drain(..) {
             match w.value {
                 Some(v) => broker.changelog.insert((w.partition, w.key), v),
@@ -499,6 +505,55 @@ fn with_every_source_idle_a_task_says_so_downstream() {
     commit_all(&mut [&mut router], &mut broker);
     assert_eq!(router.markers.len(), PARTITIONS as usize);
     assert!(router.markers.iter().all(|m| m.idle), "{:?}", router.markers);
+}
+
+#[test]
+fn an_idle_writer_speaks_on_the_repartition_topics_when_its_idleness_changes_its_input_ends_or_it_is_asked() {
+    let mut broker = Broker::default();
+    let mut router = Member::new(DeviceRouterService);
+    router.assign(&broker, &all_slots(2));
+    router.hear_idle_writers();
+    let busy = partition_for(b"site-b", PARTITIONS) as i32;
+    for q in (0..PARTITIONS as i32).filter(|&q| q != busy) {
+        router.core.mark_idle((0, q));
+    }
+    let events = one_site_devices();
+    for (offset, e) in events.iter().take(8).enumerate() {
+        router.core.on_input((0, busy), offset as i64, record(e.clone(), e.event_ts)).unwrap();
+    }
+    let decided = router.commit(&mut broker);
+    assert_eq!(decided.len(), PARTITIONS as usize);
+    assert!(decided.iter().all(|m| m.idle), "keyed input: nobody forwards: {decided:?}");
+    let said_busy = |markers: &[Marker]| markers.iter().find(|m| m.task == Some(busy as u32)).copied();
+    let first = said_busy(&decided).expect("the busy task speaks").watermark;
+
+    // Its records in place move its source watermark, which an idle writer's readers
+    // do not use: nothing to say, until the shell asks idle tasks to repeat theirs.
+    let (keyed, rest) = events.split_at(200);
+    for (offset, e) in keyed.iter().enumerate() {
+        router.feed((0, busy), offset as i64, record(e.clone(), e.event_ts));
+    }
+    assert!(router.commit(&mut broker).is_empty());
+    let repeated = router.commit_repeating(&mut broker, true);
+    let moved = said_busy(&repeated).expect("the busy task's watermark moved");
+    assert!(moved.idle && moved.watermark > first, "{moved:?} after {first}");
+    assert_eq!(repeated.len(), 1, "the tasks with nothing to read have not moved: {repeated:?}");
+
+    // A record off its key's partition: it forwards, and says where it is.
+    let elsewhere =
+        ["site-a", "site-c", "site-d"].into_iter().find(|s| partition_for(s.as_bytes(), PARTITIONS) as i32 != busy);
+    let off = DeviceEvent { site_id: elsewhere.expect("a site of another partition").into(), ..rest[0].clone() };
+    let mut offset = keyed.len() as i64;
+    let ts = off.event_ts;
+    router.feed((0, busy), offset, record(off, ts));
+    let forwarding = said_busy(&router.commit(&mut broker)).expect("idleness changed");
+    assert!(!forwarding.idle && forwarding.watermark >= moved.watermark, "{forwarding:?} after {moved:?}");
+
+    // Its input ends: its readers must hear it, idle or not.
+    offset += 1;
+    router.feed((0, busy), offset, Incoming::Marker(Marker { task: None, watermark: Millis::MAX, idle: false }));
+    let ended = router.commit(&mut broker);
+    assert_eq!(ended.iter().map(|m| m.watermark).collect::<Vec<_>>(), vec![Millis::MAX], "{ended:?}");
 }
 
 /// A device-analytics member, a device event of site-b, and its partition.
