@@ -12,6 +12,7 @@ use serde_json::ser::{CompactFormatter, Formatter};
 use crate::plain_text::{is_plain, PLAIN};
 
 /// A string as a JSON string literal, quotes included.
+#[inline]
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     // Ids, codes and times have nothing to escape: one check, one copy.
@@ -298,6 +299,7 @@ impl ser::SerializeStruct for Fields<'_> {
     type Ok = ();
     type Error = Unsupported;
 
+    #[inline]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Unsupported> {
         if !std::mem::take(&mut self.first) {
             self.out.extend_from_slice(b", ");
