@@ -107,7 +107,8 @@ impl HealthMonitor {
 
     fn on_time(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<HealthAlert>) {
         if self.last_released.is_none_or(|last| e.event_ts > last) {
-            self.unreleased.insert(e.event_ts);
+            // Only gaps wider than `max_gap_ms` matter: a span of one more holds none.
+            self.unreleased.insert_keeping_ends(e.event_ts, self.max_gap_ms.saturating_add(1));
         }
         if e.event_type == EventType::Fault {
             // An on-time event is never past the allowed lateness of the router that
@@ -285,6 +286,7 @@ impl Stateful for HealthMonitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use vigil_stream::harness::Harness;
 
     const T: Millis = 1_700_000_000_000;
@@ -324,6 +326,67 @@ mod tests {
             .filter_map(|a| if let HealthAlert::Throughput(t) = a { Some((t.gap_ms, t.resumed_at - T)) } else { None })
             .collect();
         assert_eq!(gaps, vec![(8_650, 31_607)], "4 000 ms exactly is not a gap; 8 650 ms is");
+    }
+
+    /// Events out of order (partitions read in turns) and watermarks at random: the
+    /// same throughput alerts as keeping every event time until it is released, with
+    /// a short maximum gap (many gaps near it) and the default one, where the set
+    /// stays small.
+    #[test]
+    fn gap_alerts_are_those_of_keeping_every_time() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut random = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below) as Millis
+        };
+        for (max_gap, most_held) in [(25, usize::MAX), (4_000, 60)] {
+            let mut config = Config::default();
+            config.health.max_event_gap_ms = max_gap as u64;
+            let lateness = config.devices.device_allowed_lateness_ms as Millis;
+            for _ in 0..30 {
+                let mut h = Harness::new(HealthMonitor::new(&config));
+                let (mut every, mut last, mut expected) = (BTreeSet::new(), None::<Millis>, Vec::new());
+                let mut release = |horizon: Millis, every: &mut BTreeSet<Millis>, last: &mut Option<Millis>| {
+                    while let Some(t) = every.first().copied().filter(|&t| t < horizon) {
+                        every.remove(&t);
+                        if last.is_some_and(|l| t - l > max_gap) {
+                            expected.push((t - last.unwrap(), t));
+                        }
+                        *last = Some(t);
+                    }
+                };
+                let (mut got, mut clock, mut watermark, mut held) = (Vec::new(), 0, 0, 0);
+                let collect = |out: Vec<HealthAlert>, got: &mut Vec<(Millis, Millis)>| {
+                    got.extend(out.into_iter().filter_map(|a| match a {
+                        HealthAlert::Throughput(t) => Some((t.gap_ms, t.resumed_at - T)),
+                        _ => None,
+                    }))
+                };
+                for _ in 0..3_000 {
+                    if random(20) == 0 {
+                        watermark = watermark.max(clock - random(20_000));
+                        collect(h.watermark(T + watermark), &mut got);
+                        release(watermark - lateness, &mut every, &mut last);
+                    } else {
+                        // Mostly a few ms on, at times a long silence; from a partition behind.
+                        clock += if random(20) == 0 { random(12_000) } else { random(40) };
+                        let at = clock - random(4) * random(3_000);
+                        collect(h.record(event(EventType::Heartbeat, at)), &mut got);
+                        if last.is_none_or(|l| at > l) {
+                            every.insert(at);
+                        }
+                    }
+                    held = held.max(h.operator.unreleased.len());
+                }
+                collect(h.finish(), &mut got);
+                release(Millis::MAX, &mut every, &mut last);
+                assert!(expected.len() >= 5, "a test with gaps in it: {expected:?}");
+                assert_eq!(got, expected, "maximum gap {max_gap}");
+                assert!(held < most_held, "{held} times held");
+            }
+        }
     }
 
     #[test]

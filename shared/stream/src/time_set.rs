@@ -35,6 +35,31 @@ impl TimeSet {
         self.note(time, false);
     }
 
+    /// Adds `time`, keeping of the times in its span (the `span` ms from a multiple
+    /// of `span`) only the first and the last: a time between them is not added, and
+    /// a new first or last takes the place of the old. Where only gaps wider than
+    /// `span - 1` between consecutive times matter, these are all the times that can
+    /// border one (a gap inside a span is narrower), and the set stays at two times
+    /// a span however out of order the times come (the health monitor's, reading
+    /// partitions in turns, grew to thousands).
+    pub fn insert_keeping_ends(&mut self, time: Millis, span: Millis) {
+        let start = time - time.rem_euclid(span);
+        let from = self.times.partition_point(|&t| t < start);
+        let to = self.times.partition_point(|&t| t < start.saturating_add(span));
+        if from < to && (self.times[from]..=self.times[to - 1]).contains(&time) {
+            return;
+        }
+        let at = if from < to && time < self.times[from] { from } else { to };
+        self.times.insert(at, time);
+        self.note(time, false);
+        // The span's times are now `from..=to`; all but its ends go (more than one
+        // only after restoring a set that kept every time).
+        for _ in from + 1..to {
+            let gone = self.times.remove(from + 1).expect("inside the span");
+            self.note(gone, true);
+        }
+    }
+
     pub fn first(&self) -> Option<Millis> {
         self.times.front().copied()
     }
@@ -167,6 +192,42 @@ mod tests {
             }
             assert_eq!(restored.times, set.times, "seed {seed}: a restore gives the set back");
         }
+    }
+
+    #[test]
+    fn keeps_the_ends_of_each_span_and_writes_what_it_drops() {
+        let mut set = TimeSet::default();
+        set.track_changes();
+        for time in [12, 15, 11, 13, 19, 3, 20, 25, 10] {
+            set.insert_keeping_ends(time, 10);
+        }
+        assert_eq!(Vec::from(set.times.clone()), vec![3, 10, 19, 20, 25]);
+        let mut log = BTreeMap::new();
+        let mut writes = Vec::new();
+        set.drain_changes(1, &mut writes);
+        apply(&mut log, writes);
+        // A new end replaces one written at the last drain: its tombstone is written.
+        set.insert_keeping_ends(9, 10);
+        set.insert_keeping_ends(29, 10);
+        let mut writes = Vec::new();
+        set.drain_changes(1, &mut writes);
+        let tombstones: Vec<Millis> =
+            writes.iter().filter(|w| w.value.is_none()).map(|w| decode_key(&w.key[1..]).unwrap()).collect();
+        assert_eq!(tombstones, vec![25]);
+        apply(&mut log, writes);
+        let mut restored = TimeSet::default();
+        for (key, value) in &log {
+            restored.restore_entry(&key[1..], Some(value)).unwrap();
+        }
+        assert_eq!(restored.times, set.times);
+        // A set restored from one that kept every time drops a span's inner times at
+        // its next insert there.
+        let mut every = TimeSet::default();
+        for time in [21, 22, 23, 24] {
+            every.insert(time);
+        }
+        every.insert_keeping_ends(25, 10);
+        assert_eq!(Vec::from(every.times), vec![21, 25]);
     }
 
     #[test]
