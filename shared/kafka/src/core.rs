@@ -340,9 +340,11 @@ impl<S: Service> TaskCore<S> {
         (0..self.inputs.len()).flat_map(|i| (0..self.partitions).map(move |p| (i, p))).collect()
     }
 
-    fn slots_of(&self, task: i32) -> Vec<Slot> {
+    /// A task's input partitions, input by input; borrows nothing, so the caller may
+    /// change the core meanwhile (and nothing is allocated: it runs for every record).
+    fn slots_of(&self, task: i32) -> impl Iterator<Item = Slot> + use<S> {
         let ps = self.parallelism.partitions_of(task, self.partitions);
-        (0..self.inputs.len()).flat_map(|i| ps.iter().map(move |&p| (i, p))).collect()
+        (0..self.inputs.len()).flat_map(move |i| ps.clone().map(move |p| (i, p)))
     }
 
     fn reset_clocks(&mut self) {
@@ -546,7 +548,7 @@ impl<S: Service> TaskCore<S> {
                 }
             }
         }
-        self.advance_watermarks();
+        self.advance_watermark(id);
         Ok(routed)
     }
 
@@ -634,7 +636,7 @@ impl<S: Service> TaskCore<S> {
     /// Whether a writer of a task's repartition partitions holds them at "no
     /// watermark" (see [`TaskCore::on_input`]).
     fn waiting(&self, id: i32) -> bool {
-        self.slots_of(id).into_iter().any(|(i, p)| {
+        self.slots_of(id).any(|(i, p)| {
             self.inputs[i].is_repartition()
                 && self.upstream[i].as_ref().and_then(|u| u.watermark(p as usize)) == Some(NO_WATERMARK)
         })
@@ -673,7 +675,7 @@ impl<S: Service> TaskCore<S> {
             return Vec::new();
         }
         let task = self.parallelism.task_of(p);
-        self.slots_of(task).into_iter().filter(|&s| s != (input, p) && idle(s)).collect()
+        self.slots_of(task).filter(|&s| s != (input, p) && idle(s)).collect()
     }
 
     /// A source partition marked idle holds its task's watermark back again, until
@@ -689,42 +691,46 @@ impl<S: Service> TaskCore<S> {
     fn advance_watermarks(&mut self) {
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         for id in ids {
-            // Idle inputs are left out; a task whose inputs are all idle is idle itself.
-            let (mut active, mut quiet) = (Vec::new(), Vec::new());
-            for (i, p) in self.slots_of(id) {
-                let p = p as usize;
-                match (&self.clocks[i], &self.upstream[i]) {
-                    (Some(clock), _) => {
-                        active.extend(clock.partition_watermark(p));
-                        quiet.extend(clock.idle_watermark(p));
-                    }
-                    (_, Some(u)) => {
-                        active.extend(u.watermark(p));
-                        quiet.extend(u.idle_watermark(p));
-                    }
-                    _ => active.push(NO_WATERMARK),
-                }
-            }
-            let task = self.tasks.get_mut(&id).expect("a listed task");
-            let idle = active.is_empty();
-            if idle != task.idle {
-                task.idle = idle;
-                self.dirty = true;
-            }
-            let mut watermark = active.into_iter().min().unwrap_or(task.input_watermark);
-            // Idleness lets a task go on without a quiet input, but not to the end of
-            // input: an input that went quiet before its end still has records to come
-            // (held up in its producer by a broker outage, say), and they would all be
-            // late. Once everything else has ended, the quiet inputs hold it again.
-            if watermark == END_OF_TIME {
-                watermark = quiet.into_iter().min().unwrap_or(watermark);
-            }
-            if watermark > task.input_watermark {
-                task.input_watermark = watermark;
-                task.operator.on_watermark(watermark, &mut self.scratch);
-                self.dirty = true;
-                self.collect(id);
-            }
+            self.advance_watermark(id);
+        }
+    }
+
+    /// Gives task `id` the watermark of its input partitions, if it moved. A record or
+    /// marker moves no other task's: a partition's watermark depends on that partition
+    /// alone (the source clocks take idleness from the shell's marks, not from the
+    /// other partitions' event times).
+    fn advance_watermark(&mut self, id: i32) {
+        // Idle inputs are left out; a task whose inputs are all idle is idle itself.
+        let (mut active, mut quiet) = (None, None);
+        for (i, p) in self.slots_of(id) {
+            let p = p as usize;
+            let (own, idle) = match (&self.clocks[i], &self.upstream[i]) {
+                (Some(clock), _) => (clock.partition_watermark(p), clock.idle_watermark(p)),
+                (_, Some(u)) => (u.watermark(p), u.idle_watermark(p)),
+                _ => (Some(NO_WATERMARK), None),
+            };
+            active = active.into_iter().chain(own).min();
+            quiet = quiet.into_iter().chain(idle).min();
+        }
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        let idle = active.is_none();
+        if idle != task.idle {
+            task.idle = idle;
+            self.dirty = true;
+        }
+        let mut watermark = active.unwrap_or(task.input_watermark);
+        // Idleness lets a task go on without a quiet input, but not to the end of
+        // input: an input that went quiet before its end still has records to come
+        // (held up in its producer by a broker outage, say), and they would all be
+        // late. Once everything else has ended, the quiet inputs hold it again.
+        if watermark == END_OF_TIME {
+            watermark = quiet.unwrap_or(watermark);
+        }
+        if watermark > task.input_watermark {
+            task.input_watermark = watermark;
+            task.operator.on_watermark(watermark, &mut self.scratch);
+            self.dirty = true;
+            self.collect(id);
         }
     }
 
@@ -857,7 +863,6 @@ impl<S: Service> TaskCore<S> {
     fn source_watermark(&self, id: i32) -> Option<(Millis, bool)> {
         let mut sources = self
             .slots_of(id)
-            .into_iter()
             .filter_map(|(i, p)| Some(self.clocks[i].as_ref()?.partition_watermark(p as usize)))
             .peekable();
         sources.peek()?;

@@ -59,10 +59,10 @@ impl Parallelism {
     }
 
     /// The partitions task `task` reads, of each input.
-    pub fn partitions_of(self, task: i32, partitions: i32) -> Vec<i32> {
+    pub fn partitions_of(self, task: i32, partitions: i32) -> std::ops::Range<i32> {
         match self {
-            Parallelism::PerPartition => vec![task],
-            Parallelism::Global => (0..partitions).collect(),
+            Parallelism::PerPartition => task..task + 1,
+            Parallelism::Global => 0..partitions,
         }
     }
 }
