@@ -54,6 +54,8 @@ const SEND_OFFSETS_MARGIN: Duration = Duration::from_secs(5);
 const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Failed commits in a row after which a member starts over with new clients.
 const COMMIT_ATTEMPTS: u32 = 3;
+/// The most messages read in one turn of the loop (see `Runner::read_batch`).
+const POLL_BATCH: usize = 64;
 
 /// The producer lost its transactional id to another member (or failed for good).
 #[derive(Debug, thiserror::Error)]
@@ -366,8 +368,35 @@ impl<S: Service> Runner<S> {
             self.beat.beat();
             self.handle_rebalance()?;
             self.mark_idle_partitions()?;
-            let since_commit = self.last_commit.elapsed();
-            let polled = self.consumer.poll(self.cadence.poll_timeout(self.core.is_dirty(), since_commit));
+            self.read_batch()?;
+            self.emit()?;
+            self.apply_flow()?;
+            self.metrics.set_watermark(self.core.lowest_watermark());
+            self.metrics.input_ended.set(i64::from(self.core.input_ended()));
+            let busy = !self.drained_since_commit;
+            // Going quiet hurries a commit for what readers wait for: the records read
+            // or written in its transaction, a watermark that moved. Other changes of
+            // state (new tasks' entries, upstream markers read) wait for the interval.
+            let quiet = self.drained && (self.carries_records || self.core.has_news());
+            if self.core.decision_unsent()
+                || self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), quiet, busy)
+            {
+                self.commit()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the consumer has, up to `POLL_BATCH` messages, waiting for the
+    /// first as long as the cadence allows. What the loop does besides reading
+    /// (producing the outputs, pausing partitions, judging the cadence) is then done
+    /// once a batch instead of once a record: it cost a health monitor's loop about
+    /// as much as the records themselves.
+    fn read_batch(&mut self) -> Result<()> {
+        let mut timeout = self.cadence.poll_timeout(self.core.is_dirty(), self.last_commit.elapsed());
+        for _ in 0..POLL_BATCH {
+            let polled = self.consumer.poll(timeout);
+            timeout = Duration::ZERO;
             self.drained = polled.is_none();
             self.drained_since_commit |= self.drained;
             match polled {
@@ -383,21 +412,7 @@ impl<S: Service> Runner<S> {
                     Some((_, reason)) => bail!("the consumer failed fatally: {reason} ({e})"),
                     None => warn!(error = %e, "consumer error"),
                 },
-                None => {}
-            }
-            self.emit()?;
-            self.apply_flow()?;
-            self.metrics.set_watermark(self.core.lowest_watermark());
-            self.metrics.input_ended.set(i64::from(self.core.input_ended()));
-            let busy = !self.drained_since_commit;
-            // Going quiet hurries a commit for what readers wait for: the records read
-            // or written in its transaction, a watermark that moved. Other changes of
-            // state (new tasks' entries, upstream markers read) wait for the interval.
-            let quiet = self.drained && (self.carries_records || self.core.has_news());
-            if self.core.decision_unsent()
-                || self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), quiet, busy)
-            {
-                self.commit()?;
+                None => break,
             }
         }
         Ok(())
@@ -906,6 +921,8 @@ impl<S: Service> Runner<S> {
     fn commit(&mut self) -> Result<()> {
         let started = Instant::now();
         let started_ms = now_ms();
+        // Outputs of the records this commit counts go in its transaction.
+        self.emit()?;
         self.begin()?;
         // Twice per spell of silence, so that a reader's repartition partitions, whose
         // writers are all idle, are not silent for a whole spell as long as those run.
