@@ -209,10 +209,11 @@ start() {
   mkdir -p "$RUN/kafka/data" "$LOGS"
 
   # Fresh secrets for each start: the user of the SECURE listener and the secured
-  # registry, and the keystore's password.
+  # registry, and the keystore's password. Each starts with a letter: keytool hands
+  # an argument starting with -J to the JVM (a password "-J..." failed a start).
   SECURE_USER=vigil
-  secure_password="$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
-  TLS_PASSWORD="$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
+  secure_password="p$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
+  TLS_PASSWORD="p$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
   make_tls >"$LOGS/tls.log" 2>&1 || { cat "$LOGS/tls.log" >&2; die "making the TLS certificates failed"; }
 
   sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
