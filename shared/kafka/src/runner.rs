@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -120,7 +120,9 @@ pub struct Runner<S: Service> {
     metrics: MemberMetrics,
     status: SharedStatus,
     beat: Beat,
-    consumer: BaseConsumer<GroupContext>,
+    /// Shared so that a message can borrow a handle of its own while the loop changes
+    /// the runner's state (see `read_batch`).
+    consumer: Arc<BaseConsumer<GroupContext>>,
     /// Shared with the thread that sends a commit's offsets (see `send_offsets`).
     producer: Arc<Kafka>,
     /// The producer epoch's claim on the partitions the member writes, under way on
@@ -225,7 +227,7 @@ impl<S: Service> Runner<S> {
             metrics,
             status,
             beat,
-            consumer,
+            consumer: Arc::new(consumer),
             producer,
             claim: None,
             rebalances,
@@ -394,17 +396,14 @@ impl<S: Service> Runner<S> {
     /// as much as the records themselves.
     fn read_batch(&mut self) -> Result<()> {
         let mut timeout = self.cadence.poll_timeout(self.core.is_dirty(), self.last_commit.elapsed());
+        let consumer = Arc::clone(&self.consumer);
         for _ in 0..POLL_BATCH {
-            let polled = self.consumer.poll(timeout);
+            let polled = consumer.poll(timeout);
             timeout = Duration::ZERO;
             self.drained = polled.is_none();
             self.drained_since_commit |= self.drained;
             match polled {
-                // Detached (copied) so the loop can change its own state while handling it.
-                Some(Ok(message)) => {
-                    let message = message.detach();
-                    self.on_message(&message)?
-                }
+                Some(Ok(message)) => self.on_message(&message)?,
                 // A fatal consumer error (a static member fenced after its session
                 // ran out in a broker outage, say) leaves the consumer unusable: the
                 // member fails and its supervisor starts it with new clients.
@@ -686,7 +685,7 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    fn on_message(&mut self, message: &OwnedMessage) -> Result<()> {
+    fn on_message(&mut self, message: &BorrowedMessage<'_>) -> Result<()> {
         let read = Instant::now();
         let (p, offset) = (message.partition(), message.offset());
         let Some(slot) = self.slot_of(message.topic(), p) else { return Ok(()) };
