@@ -2,8 +2,9 @@
 //! most inserts append and every release pops the front, with none of a tree's node
 //! allocations and rebalancing (the health monitor's tree of unreleased times was
 //! 6 % of the embedded runtime's processing). A time out of order is found by binary
-//! search and shifted in: the set spans at most the allowed lateness and the
-//! out-of-orderness, a few thousand distinct milliseconds.
+//! search and shifted in. Where partitions are read in turns, times come far out of
+//! order and the set grows to thousands; `insert_keeping_ends` keeps it at two times
+//! a span.
 //!
 //! Its changelog entries are those of an `OrderedState<Millis, ()>`, so either reads
 //! what the other wrote.
