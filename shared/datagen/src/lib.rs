@@ -5,7 +5,7 @@
 pub mod dataset;
 pub mod distinct;
 pub mod planted;
-mod rng;
+pub mod rng;
 pub mod traffic;
 
 pub use dataset::Dataset;

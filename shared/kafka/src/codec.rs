@@ -4,9 +4,10 @@
 //! `<topic>-value` on first use (or by `vigil-admin provision`).
 //!
 //! Values written under one of Vigil's own schemas (the common case: whoever wrote
-//! them registered the same schema) are read and written straight through serde with
-//! a reader and writer kept per schema; any other schema goes the generic way, through
-//! the converter and apache-avro's `Value` tree, which the fast way saves per record.
+//! them registered the same schema) are read and written straight through serde: by
+//! the schema's compiled shape (`avro_direct`) where it has one and the value fits,
+//! else by apache-avro's reader and writer kept per schema. Any other schema goes the
+//! generic way, through the converter and apache-avro's `Value` tree.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use schema_registry_converter::schema_registry_common::{SubjectNameStrategy, Sup
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::avro_direct::{self, Shape};
 use crate::topics::{Topic, DATA_TOPICS};
 
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,6 +64,7 @@ fn schema_id(payload: &[u8]) -> Option<u32> {
 struct Own {
     topic: &'static str,
     canonical: String,
+    shape: Option<Shape>,
     reader: GenericDatumReader<'static>,
     writer: GenericDatumWriter<'static>,
 }
@@ -79,6 +82,7 @@ fn own_schemas() -> &'static [Own] {
                 Own {
                     topic: t.name,
                     canonical: schema.canonical_form(),
+                    shape: Shape::of(schema),
                     reader: GenericDatumReader::builder(schema).build().expect("a reader of Vigil's schema"),
                     writer: GenericDatumWriter::builder(schema).build().expect("a writer of Vigil's schema"),
                 }
@@ -169,6 +173,12 @@ impl Codec {
             let mut bytes = Vec::with_capacity(128);
             bytes.push(0);
             bytes.extend_from_slice(&id.to_be_bytes());
+            if let Some(shape) = &own.shape {
+                if avro_direct::write(shape, value, &mut bytes).is_ok() {
+                    return Ok(bytes);
+                }
+                bytes.truncate(HEADER);
+            }
             own.writer.write_ser(&mut bytes, value).map_err(|e| encode_error(e.to_string()))?;
             return Ok(bytes);
         }
@@ -214,7 +224,11 @@ impl Codec {
     pub fn decode<T: DeserializeOwned>(&self, payload: &[u8]) -> Result<T, CodecError> {
         if let Some(own) = schema_id(payload).and_then(|id| *self.read_ids.read().expect("read ids").get(&id)?) {
             // What fails here fails the generic way too, which names it precisely.
-            if let Ok(value) = own.reader.read_deser(&mut &payload[HEADER..]) {
+            let datum = &payload[HEADER..];
+            if let Some(Ok(value)) = own.shape.as_ref().map(|shape| avro_direct::read(shape, datum)) {
+                return Ok(value);
+            }
+            if let Ok(value) = own.reader.read_deser(&mut &datum[..]) {
                 return Ok(value);
             }
         }
@@ -286,8 +300,9 @@ mod tests {
         }
     }
 
-    /// Written under the topic's own schema, `value` reads back the same the fast way
-    /// (serde straight from the datum) and the generic way (datum, `Value`, serde).
+    /// Written under the topic's own schema, `value` reads back the same the fast ways
+    /// (by its shape; serde straight from the datum) and the generic way (datum,
+    /// `Value`, serde).
     fn reads_back_both_ways<T: Serialize + DeserializeOwned + PartialEq + Debug>(topic: Topic, value: &T) {
         let own = own_schemas().iter().find(|o| o.topic == topic.name).unwrap();
         let bytes = own.writer.write_ser_to_vec(value).unwrap();
@@ -296,6 +311,8 @@ mod tests {
         let fast: T = own.reader.read_deser(&mut &bytes[..]).unwrap();
         assert_eq!(generic, *value, "{}", topic.name);
         assert_eq!(fast, *value, "{}", topic.name);
+        let shape = own.shape.as_ref().unwrap_or_else(|| panic!("{} has no shape", topic.name));
+        assert_eq!(avro_direct::read::<T>(shape, &bytes).unwrap(), *value, "{}", topic.name);
         // Cut short, the fast way fails (and the generic way then names the error).
         assert!(own.reader.read_deser::<T>(&mut &bytes[..bytes.len() - 1]).is_err(), "{}", topic.name);
     }

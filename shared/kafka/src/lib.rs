@@ -3,6 +3,7 @@
 //! loop, their state backed by a compacted changelog topic, their records Avro in the
 //! Confluent wire format.
 
+pub mod avro_direct;
 pub mod cadence;
 pub mod cli;
 pub mod codec;
