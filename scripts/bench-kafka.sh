@@ -125,7 +125,9 @@ process_preloaded() {
       "$(curl -s "127.0.0.1:$((19101 + i))/metrics" | awk '
         /^vigil_transaction_commits_total[{ ]/ { c += $NF } /^vigil_transaction_aborts_total[{ ]/ { a += $NF }
         /^vigil_transaction_commit_seconds_sum[{ ]/ { s += $NF } /^vigil_rerouted_records_total[{ ]/ { r += $NF }
-        END { printf "%d commits (mean %.0f ms), %d aborts, %d rerouted", c, c ? 1000 * s / c : 0, a, r }')"
+        /^vigil_changelog_records_total[{ ]/ { l += $NF }
+        END { printf "%d commits (mean %.0f ms), %d aborts, %d rerouted, %d changelog records",
+          c, c ? 1000 * s / c : 0, a, r, l }')"
   done
   awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" 'BEGIN { printf "broker: CPU %.1f s\n", b - a }'
 }
@@ -140,6 +142,9 @@ clear_topics() {
   PIDS=()
   scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand \
     --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" --delete --topic '[^_].*' >/dev/null
+  # Their files go a second later (`file.delete.delay.ms`): not during what follows.
+  local waited=0
+  while compgen -G "$VIGIL_STACK_STATE/run/kafka/data/*-delete" >/dev/null && ((waited++ < 300)); do sleep 0.1; done
   until "$BIN"/vigil-admin provision >/dev/null 2>&1; do sleep 0.5; done
 }
 
