@@ -184,6 +184,13 @@ impl HealthMonitor {
                 break;
             }
             self.unreleased.pop_first();
+            // A time released already: changelogs written before restores stopped
+            // counting as changes (see `TimeSet::restore_entry`) may still hold some.
+            // Read as new, it would move the last released time back, and the next
+            // time would seem to end a long gap.
+            if self.last_released.is_some_and(|last| ts <= last) {
+                continue;
+            }
             if let Some(last) = self.last_released {
                 let gap_ms = ts - last;
                 if gap_ms > self.max_gap_ms {
@@ -326,6 +333,27 @@ mod tests {
             .filter_map(|a| if let HealthAlert::Throughput(t) = a { Some((t.gap_ms, t.resumed_at - T)) } else { None })
             .collect();
         assert_eq!(gaps, vec![(8_650, 31_607)], "4 000 ms exactly is not a gap; 8 650 ms is");
+    }
+
+    /// Changelogs written before a restore stopped counting as a change could keep
+    /// event times released already (their tombstones were never written).
+    #[test]
+    fn a_restored_time_released_already_ends_no_gap() {
+        use vigil_stream::changelog::{encode_key, encode_value};
+        let mut monitor = HealthMonitor::new(&Config::default());
+        let meta = Meta { watermark: T + 6_000, last_released: Some(T + 2_000) };
+        monitor.restore_entry(&meta_key(), Some(&encode_value(&meta))).unwrap();
+        for stale_or_new in [T - 10_000, T + 1_500, T + 5_000] {
+            monitor.restore_entry(&encode_key(UNRELEASED, &stale_or_new), Some(&encode_value(&()))).unwrap();
+        }
+        monitor.finish_restore();
+        let mut h = Harness::new(monitor);
+        assert_eq!(
+            h.finish(),
+            vec![],
+            "3 000 ms from the last released time is no gap; the times before it are dropped"
+        );
+        assert_eq!(h.operator.last_released, Some(T + 5_000));
     }
 
     /// Events out of order (partitions read in turns) and watermarks at random: the

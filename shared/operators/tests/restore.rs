@@ -1,7 +1,8 @@
 //! Every operator's state survives its changelog: an operator restored from the
 //! entries it wrote (a few records at a time, as commits drain them, compacted as
-//! Kafka compacts the topic) halfway through the planted dataset emits exactly what
-//! the original emits over the second half. This is what a Kafka service relies on
+//! Kafka compacts the topic) a third of the way through the planted dataset, and
+//! again from what that one wrote at two thirds, emits exactly what the original
+//! emits over the rest. This is what a Kafka service relies on
 //! when it restores a task from its changelog after a crash or a rebalance.
 
 use std::collections::BTreeMap;
@@ -27,33 +28,47 @@ where
     O::In: Clone,
     O::Out: PartialEq + Debug,
 {
-    let half = steps.len() / 2;
+    let (first, rest) = steps.split_at(steps.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
     let mut original = make();
     original.track_changes();
-    let mut sink = Vec::new();
     let mut log = Changelog::default();
-    for (n, (record, watermark)) in steps[..half].iter().cloned().enumerate() {
-        original.on_record(record, &mut sink);
-        original.on_watermark(watermark, &mut sink);
-        if n % 7 == 0 {
-            log.commit(&mut original);
-        }
-    }
-    log.commit(&mut original);
-    let restored = log.restore(make());
-    let mut restored = restored;
+    feed(&mut original, first, &mut Vec::new(), Some(&mut log));
+    // Taken over twice: the first restored operator goes on writing the changelog
+    // the second restores from, so what a restore brought back and the operator
+    // then dropped must leave the changelog too.
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    for (record, watermark) in steps[half..].iter().cloned() {
-        original.on_record(record.clone(), &mut a);
-        original.on_watermark(watermark, &mut a);
-        restored.on_record(record, &mut b);
-        restored.on_watermark(watermark, &mut b);
-    }
+    let mut restored = log.restore(&make);
+    feed(&mut original, second, &mut a, None);
+    feed(&mut restored, second, &mut b, Some(&mut log));
+    let mut restored = log.restore(&make);
+    assert_eq!(original.live_entries(), restored.live_entries(), "{name}: the second restore holds as much");
+    feed(&mut original, third, &mut a, None);
+    feed(&mut restored, third, &mut b, None);
     original.on_watermark(Millis::MAX, &mut a);
     restored.on_watermark(Millis::MAX, &mut b);
-    assert!(!a.is_empty(), "{name}: the second half emits something");
+    assert!(!a.is_empty(), "{name}: the last two thirds emit something");
     assert_eq!(a, b, "{name}: the restored operator diverged");
     assert_eq!(original.output_watermark(), restored.output_watermark(), "{name}");
+}
+
+/// Each record and its watermark into `operator`; with a changelog, a commit every
+/// seven records and at the end.
+fn feed<O>(operator: &mut O, steps: &[Step<O::In>], out: &mut Vec<O::Out>, mut log: Option<&mut Changelog>)
+where
+    O: Operator + Stateful,
+    O::In: Clone,
+{
+    for (n, (record, watermark)) in steps.iter().cloned().enumerate() {
+        operator.on_record(record, out);
+        operator.on_watermark(watermark, out);
+        if let Some(log) = log.as_mut().filter(|_| n % 7 == 0) {
+            log.commit(operator);
+        }
+    }
+    if let Some(log) = log {
+        log.commit(operator);
+    }
 }
 
 /// A compacted changelog: the latest value of each key, tombstoned keys gone.
@@ -72,7 +87,11 @@ impl Changelog {
         }
     }
 
-    fn restore<O: Stateful>(&self, mut operator: O) -> O {
+    /// A new operator read back from the changelog, tracking its changes from the
+    /// start, as a Kafka task's is.
+    fn restore<O: Stateful>(&self, make: impl Fn() -> O) -> O {
+        let mut operator = make();
+        operator.track_changes();
         for (key, value) in &self.0 {
             operator.restore_entry(key, Some(value)).expect("an entry restores");
         }

@@ -25,15 +25,22 @@ pub struct TimeSet {
 impl TimeSet {
     /// Adds `time`; a time already in the set is left as it is.
     pub fn insert(&mut self, time: Millis) {
+        if self.place(time) {
+            self.note(time, false);
+        }
+    }
+
+    /// Puts `time` in its place unless it is there already; whether it was put.
+    fn place(&mut self, time: Millis) -> bool {
         let at = match self.times.back() {
             Some(&last) if last >= time => match self.times.binary_search(&time) {
-                Ok(_) => return,
+                Ok(_) => return false,
                 Err(at) => at,
             },
             _ => self.times.len(),
         };
         self.times.insert(at, time);
-        self.note(time, false);
+        true
     }
 
     /// Adds `time`, keeping of the times in its span (the `span` ms from a multiple
@@ -108,9 +115,12 @@ impl TimeSet {
     pub fn restore_entry(&mut self, rest: &[u8], value: Option<&[u8]>) -> Result<(), StateError> {
         let time: Millis = decode_key(rest)?;
         match value {
+            // Not a change: the changelog holds it already. Noted as new, a restored
+            // time released before the next drain would get no tombstone, and every
+            // later restore would bring it back.
             Some(bytes) => {
                 decode_value::<()>(bytes)?;
-                self.insert(time);
+                self.place(time);
             }
             None => {
                 if let Ok(at) = self.times.binary_search(&time) {
@@ -169,13 +179,24 @@ mod tests {
                         tree.insert(time, ());
                     }
                     6 | 7 => assert_eq!(set.pop_first(), tree.pop_first().map(|(t, _)| t)),
-                    _ => {
+                    step => {
                         let (mut a, mut b) = (Vec::new(), Vec::new());
                         set.drain_changes(1, &mut a);
                         tree.drain_changes(1, &mut b);
                         apply(&mut set_log, a);
                         apply(&mut tree_log, b);
                         assert_eq!(set_log, tree_log, "seed {seed}: the same changelog");
+                        if step == 9 && steps.next(4) == 0 {
+                            // A takeover: both read back from their logs by fresh
+                            // states that track changes from the start, as a task's.
+                            (set, tree) = (TimeSet::default(), OrderedState::default());
+                            set.track_changes();
+                            tree.track_changes();
+                            for ((key, value), (tree_key, tree_value)) in set_log.iter().zip(&tree_log) {
+                                set.restore_entry(&key[1..], Some(value)).unwrap();
+                                tree.restore_entry(&tree_key[1..], Some(tree_value)).unwrap();
+                            }
+                        }
                     }
                 }
                 assert_eq!(set.first(), tree.first_key_value().map(|(&t, _)| t));
