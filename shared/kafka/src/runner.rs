@@ -188,8 +188,8 @@ impl<S: Service> Runner<S> {
             // (librdkafka's 500 ms default would dominate end-to-end latency). Answered
             // at the first byte, a member keeping up with its upstream's commits sent
             // a fetch for every few records: the broker spent a sixth to a third more
-            // CPU in the keyed throughput run. The wait costs about 10 ms at the median
-            // hop at 2 000 events/s, nothing measurable at 20 000 (README, Performance).
+            // CPU in the keyed throughput run. What the wait costs in latency was lost
+            // in the runs' noise, at 2 000 events/s and 20 000 (README, Performance).
             .set("fetch.min.bytes", "65536")
             .set("fetch.wait.max.ms", "20");
         if service.parallelism() == Parallelism::PerPartition {
