@@ -69,13 +69,15 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # A random port that nothing listens on yet, below the kernel's ephemeral range:
 # outgoing connections take their local ports from that range, and one could take a
 # port picked there before the broker or registry binds it (seen: "Port ... seems to
-# be in use").
+# be in use"). Not one of the arguments: the ports picked already, which nothing
+# listens on yet either (a controller and a registry once drew the same one).
 free_port() {
-  local p low=32768 rest
+  local p low=32768 rest taken=" $* "
   read -r low rest </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
   ((low > 12000)) || low=60000
   for _ in $(seq 50); do
     p=$((10000 + RANDOM % (low - 10000)))
+    [[ "$taken" != *" $p "* ]] || continue
     port_open "$p" || { echo "$p"; return 0; }
   done
   die "no free port found"
@@ -196,11 +198,15 @@ start() {
   command -v curl >/dev/null || die "curl not found"
   fetch
 
-  KAFKA_PORT="${KAFKA_PORT:-$(free_port)}"
-  SECURE_PORT="${SECURE_PORT:-$(free_port)}"
-  CONTROLLER_PORT="${CONTROLLER_PORT:-$(free_port)}"
-  REGISTRY_PORT="${REGISTRY_PORT:-$(free_port)}"
-  SECURE_REGISTRY_PORT="${SECURE_REGISTRY_PORT:-$(free_port)}"
+  # Ports given in the environment stay; the others are picked apart from them all.
+  local name ports=(KAFKA_PORT SECURE_PORT CONTROLLER_PORT REGISTRY_PORT SECURE_REGISTRY_PORT) taken=()
+  for name in "${ports[@]}"; do taken+=("${!name:-}"); done
+  for name in "${ports[@]}"; do
+    [[ -n "${!name:-}" ]] || printf -v "$name" '%s' "$(free_port "${taken[@]}")"
+    taken+=("${!name}")
+  done
+  [[ $(for name in "${ports[@]}"; do echo "${!name}"; done | sort -u | wc -l) -eq ${#ports[@]} ]] \
+    || die "the ports must differ: ${ports[*]}"
   REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
   SECURE_REGISTRY_URL="https://127.0.0.1:$SECURE_REGISTRY_PORT/apis/ccompat/v7"
   for p in "$KAFKA_PORT" "$SECURE_PORT" "$CONTROLLER_PORT" "$REGISTRY_PORT" "$SECURE_REGISTRY_PORT"; do
