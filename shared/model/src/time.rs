@@ -9,10 +9,9 @@ pub type Millis = i64;
 /// Written into a buffer of its own: every output line carries a few of these.
 pub fn iso_utc(ms: Millis) -> IsoUtc {
     let secs = ms.div_euclid(1000);
-    let frac_ms = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+    let frac_ms = ms.rem_euclid(1000) as u32;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let sod = secs.rem_euclid(86_400) as u32;
     let mut t = IsoUtc { buf: [0; 40], len: 0 };
     // As `{y:04}` would: a sign counts towards the width.
     if (1000..=9999).contains(&y) {
@@ -24,18 +23,31 @@ pub fn iso_utc(ms: Millis) -> IsoUtc {
     } else {
         t.padded(y as u64, 4);
     }
-    let sod = sod as u32;
-    for (separator, part) in [(b'-', m), (b'-', d), (b'T', sod / 3600), (b':', sod % 3600 / 60), (b':', sod % 60)] {
-        t.push(separator);
-        t.two_digits(part);
+    // After the year, the layout is fixed: the digits go to known places, and the
+    // whole goes into the buffer in one copy (callgrind: a fifth of the instructions
+    // of writing it byte by byte).
+    let mut rest = *b"-MM-DDTHH:MM:SS.ffffff+00:00";
+    for (at, part) in [(1, m), (4, d), (7, sod / 3600), (10, sod % 3600 / 60), (13, sod % 60)] {
+        rest[at] = b'0' + (part / 10) as u8;
+        rest[at + 1] = b'0' + (part % 10) as u8;
     }
-    if frac_ms != 0 {
-        t.push(b'.');
-        t.padded(frac_ms as u64 * 1000, 6);
-    }
-    for &b in b"+00:00" {
-        t.push(b);
-    }
+    let len = if frac_ms == 0 {
+        rest.copy_within(22.., 15);
+        21
+    } else {
+        // Microseconds: the milliseconds, then three zeros.
+        rest[16..22].copy_from_slice(&[
+            b'0' + (frac_ms / 100) as u8,
+            b'0' + (frac_ms / 10 % 10) as u8,
+            b'0' + (frac_ms % 10) as u8,
+            b'0',
+            b'0',
+            b'0',
+        ]);
+        rest.len()
+    };
+    t.buf[t.len..t.len + rest.len()].copy_from_slice(&rest);
+    t.len += len;
     t
 }
 
