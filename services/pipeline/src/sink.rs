@@ -11,11 +11,17 @@ use std::thread::JoinHandle;
 use vigil_model::output::{Output, OutputKind};
 
 pub struct OutputWriter {
-    stdout: Option<BufWriter<Box<dyn Write + Send>>>,
+    stdout: Option<Box<dyn Write + Send>>,
     files: Option<Vec<BufWriter<File>>>,
     counts: [u64; OutputKind::ALL.len()],
-    line: Vec<u8>,
+    /// Tagged lines not yet written to stdout, each formatted in place here (so a
+    /// line is not formatted in one buffer and copied into another); the line being
+    /// formatted, when only files take them.
+    pending: Vec<u8>,
 }
+
+/// How many bytes of tagged lines are written to stdout at once.
+const STDOUT_CHUNK: usize = 1 << 16;
 
 impl OutputWriter {
     /// `tagged`: where the tagged lines go (stdout in the runner), or nowhere.
@@ -30,10 +36,10 @@ impl OutputWriter {
             None => None,
         };
         Ok(OutputWriter {
-            stdout: tagged.map(|w| BufWriter::with_capacity(1 << 16, w)),
+            stdout: tagged,
             files,
             counts: [0; OutputKind::ALL.len()],
-            line: Vec::with_capacity(512),
+            pending: Vec::with_capacity(STDOUT_CHUNK + 1024),
         })
     }
 
@@ -43,17 +49,34 @@ impl OutputWriter {
         if self.stdout.is_none() && self.files.is_none() {
             return Ok(());
         }
-        self.line.clear();
-        output.write_json(&mut self.line);
-        self.line.push(b'\n');
-        if let Some(w) = &mut self.stdout {
-            w.write_all(kind.tag().as_bytes())?;
-            w.write_all(b"> ")?;
-            w.write_all(&self.line)?;
-        }
+        // The line goes after the tag, behind the lines stdout has not taken yet.
+        let start = match self.stdout {
+            Some(_) => {
+                self.pending.extend_from_slice(kind.tag().as_bytes());
+                self.pending.extend_from_slice(b"> ");
+                self.pending.len()
+            }
+            None => {
+                self.pending.clear();
+                0
+            }
+        };
+        output.write_json(&mut self.pending);
+        self.pending.push(b'\n');
         if let Some(files) = &mut self.files {
-            files[kind as usize].write_all(&self.line)?;
+            files[kind as usize].write_all(&self.pending[start..])?;
         }
+        if self.pending.len() >= STDOUT_CHUNK {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> io::Result<()> {
+        if let Some(w) = &mut self.stdout {
+            w.write_all(&self.pending)?;
+        }
+        self.pending.clear();
         Ok(())
     }
 
@@ -63,6 +86,7 @@ impl OutputWriter {
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
+        self.write_pending()?;
         if let Some(w) = &mut self.stdout {
             w.flush()?;
         }
@@ -202,6 +226,28 @@ mod tests {
         let counts: u64 = writer.finish().unwrap().counts().map(|(_, n)| n).sum();
         assert_eq!(counts, outputs.len() as u64);
         assert_eq!(*behind.bytes.lock().unwrap(), *direct.bytes.lock().unwrap());
+    }
+
+    #[test]
+    fn each_kinds_file_holds_the_tagged_lines_of_its_kind_without_the_tag() {
+        let outputs = outputs();
+        let dir = std::env::temp_dir().join(format!("vigil-sink-{}", std::process::id()));
+        let sink = Captured { bytes: Arc::default(), fail_after: usize::MAX };
+        let mut writer = OutputWriter::new(Some(Box::new(sink.clone())), Some(&dir)).unwrap();
+        for o in &outputs {
+            writer.write(o).unwrap();
+        }
+        writer.flush().unwrap();
+        let tagged = String::from_utf8(sink.bytes.lock().unwrap().clone()).unwrap();
+        assert_eq!(tagged.lines().count(), outputs.len());
+        for kind in OutputKind::ALL {
+            let prefix = format!("{}> ", kind.tag());
+            let want: String =
+                tagged.lines().filter_map(|l| l.strip_prefix(&prefix)).map(|l| format!("{l}\n")).collect();
+            let file = std::fs::read_to_string(dir.join(kind.file_name())).unwrap();
+            assert_eq!(file, want, "{}", kind.file_name());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
