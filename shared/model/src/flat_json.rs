@@ -304,7 +304,7 @@ impl<'a> Reader<'a> {
 
     /// Takes the string `name` if it comes next (after white space).
     fn take_name(&mut self, name: &Name) -> bool {
-        self.peek();
+        self.peek(); // past any white space: a single look when there is none
         let found = name.begins(&self.bytes()[self.at..]);
         if found {
             self.at += name.quoted_len();

@@ -24,14 +24,15 @@ pub fn iso_utc(ms: Millis) -> IsoUtc {
         t.padded(y as u64, 4);
     }
     // After the year, the layout is fixed: the digits go to known places, and the
-    // whole goes into the buffer in one copy (callgrind: a fifth of the instructions
-    // of writing it byte by byte).
+    // whole goes into the buffer in one copy (callgrind: 270 instructions a time,
+    // against 362 written byte by byte).
     let mut rest = *b"-MM-DDTHH:MM:SS.ffffff+00:00";
     for (at, part) in [(1, m), (4, d), (7, sod / 3600), (10, sod % 3600 / 60), (13, sod % 60)] {
         rest[at] = b'0' + (part / 10) as u8;
         rest[at + 1] = b'0' + (part % 10) as u8;
     }
     let len = if frac_ms == 0 {
+        // No fraction: the offset moves up to follow the seconds.
         rest.copy_within(22.., 15);
         21
     } else {
