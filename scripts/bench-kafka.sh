@@ -19,10 +19,12 @@
 #    tasks may wait up to `idle_wall_clock_ms` for a partition without records to be
 #    judged idle), for SECONDS (default 30), p50/p99 from an input record's production
 #    to its output becoming readable under read_committed (see
-#    shared/kafka/examples/latency_probe.rs). Then where the time goes in join-enrich
-#    and the device router over the same SECONDS, from their vigil_record_hop_seconds
-#    histograms: queued in Kafka before the read, processing, from the read until the
-#    commit (p50 and p99 as bucket upper bounds). WARMUP=0 measures from the start.
+#    shared/kafka/examples/latency_probe.rs; it also measures the amount rule's
+#    event-time wait apart). The CPU seconds every process spent meanwhile. Then where
+#    the time goes in join-enrich, the device router and payment-anomalies over the
+#    same SECONDS, from their vigil_record_hop_seconds histograms: queued in Kafka
+#    before the read, processing, from the read until the commit (p50 and p99 as
+#    bucket upper bounds). WARMUP=0 measures from the start.
 # 3. The raw broker on the same machine in the same run: Kafka's own producer and
 #    consumer perf tools, one million 100-byte records.
 # 4. Start-up: with the planted dataset plus 10 thousand events waiting on the input
@@ -33,7 +35,8 @@
 #    monitor runs first, so the broker's own first-transaction set-up is not counted.)
 #
 # Env: PARTS (default "throughput latency raw startup") runs only those parts; KEYS (default
-# "join none") the keyings of the throughput part; BIN (default
+# "join none") the keyings of the throughput part; SIGMA the amount rule's multiplier
+# in the latency part (see there); BIN (default
 # target/release) takes the Vigil binaries from another build, to compare two builds
 # side by side (only the latency probe is built then).
 set -euo pipefail
@@ -194,6 +197,10 @@ fi
 
 if [[ " $PARTS " == *" latency "* ]]; then
   echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s, after ${WARMUP} s of it"
+  # The seed's multiplier (3) flags few payments beyond the planted one; a lower
+  # SIGMA flags more, for more samples of the two hops (it changes only what is
+  # flagged, not the path a payment takes).
+  [[ -z "${SIGMA:-}" ]] || export VIGIL_PAYMENTS_AMOUNT_SIGMA_MULTIPLIER="$SIGMA"
   fresh_stack
   "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" \
     --scale "$((RATE * (WARMUP + SECONDS_LATENCY) / 1000))" 2>>"$VIGIL_STACK_STATE/generator.log" &
@@ -201,10 +208,33 @@ if [[ " $PARTS " == *" latency "* ]]; then
   sleep "$WARMUP"
   curl -s 127.0.0.1:19101/metrics >"$VIGIL_STACK_STATE/join-enrich.metrics"
   curl -s 127.0.0.1:19104/metrics >"$VIGIL_STACK_STATE/device-router.metrics"
+  curl -s 127.0.0.1:19103/metrics >"$VIGIL_STACK_STATE/payment-anomalies.metrics"
   # Ten seconds past the input's end, to see the outputs of its last records.
-  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))"
+  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" &
+  probe=$!
+  # Where the two cores went meanwhile: every process's CPU seconds over the probe's
+  # run, read each second (a process that ends, the generator say, keeps its last).
+  run="$VIGIL_STACK_STATE/run"
+  names=("${SERVICES[@]}" broker registry generator probe)
+  watched=("${PIDS[@]}" "$(cat "$run/kafka.pid")" "$(cat "$run/registry.pid")" "$generator" "$probe")
+  cpu_before=() cpu_after=()
+  for i in "${!watched[@]}"; do cpu_before[i]=$(cpu_seconds "${watched[i]}"); done
+  cpu_after=("${cpu_before[@]}")
+  while kill -0 "$probe" 2>/dev/null; do
+    for i in "${!watched[@]}"; do
+      cpu_after[i]=$(cpu_seconds "${watched[i]}" 2>/dev/null || echo "${cpu_after[i]}")
+    done
+    sleep 1
+  done
+  wait "$probe"
+  line="CPU seconds over the probe's $((SECONDS_LATENCY + 10)) s (two cores: $((2 * (SECONDS_LATENCY + 10))) s):"
+  for i in "${!names[@]}"; do
+    line+=$(awk -v n="${names[i]}" -v a="${cpu_before[i]}" -v b="${cpu_after[i]}" 'BEGIN { printf " %s %.1f", n, b - a }')
+  done
+  echo "$line"
   hops join-enrich 19101 "$VIGIL_STACK_STATE/join-enrich.metrics"
   hops device-router 19104 "$VIGIL_STACK_STATE/device-router.metrics"
+  hops payment-anomalies 19103 "$VIGIL_STACK_STATE/payment-anomalies.metrics"
   wait "$generator"
 fi
 
