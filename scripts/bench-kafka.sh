@@ -18,9 +18,10 @@
 #    WARMUP seconds of it (default 60: past the first seconds of a new stage, when its
 #    tasks may wait up to `idle_wall_clock_ms` for a partition without records to be
 #    judged idle, and past the new broker's compiling: after 15 s of traffic it still
-#    spent 11 of its 37 CPU seconds in its C2 compiler threads while the probe measured,
-#    after 60 s 2.4 of 28, and the p99s halved), for SECONDS (default 30), p50/p99 from an input record's production
-#    to its output becoming readable under read_committed (see
+#    spent 11 of its 37 CPU seconds in its C2 compiler threads while the probe
+#    measured, after 60 s 2.4 of 28, and the p99s halved), for SECONDS (default 30),
+#    p50/p99 from an input record's production to its output becoming readable under
+#    read_committed (see
 #    shared/kafka/examples/latency_probe.rs; it also measures the amount rule's
 #    event-time wait apart). The CPU seconds every process spent meanwhile. Then where
 #    the time goes in join-enrich, the device router and payment-anomalies over the
@@ -201,9 +202,9 @@ fi
 
 if [[ " $PARTS " == *" latency "* ]]; then
   echo "== 2. latency at ${RATE} events/s for ${SECONDS_LATENCY} s, after ${WARMUP} s of it"
-  # The seed's multiplier (3) flags few payments beyond the planted one; a lower
-  # SIGMA flags more, for more samples of the two hops (it changes only what is
-  # flagged, not the path a payment takes).
+  # The seed's multiplier (3) flagged none of the normal traffic in the probe's
+  # window; a lower SIGMA flags more, for samples of the two hops (it changes only
+  # what is flagged, not the path a payment takes).
   [[ -z "${SIGMA:-}" ]] || export VIGIL_PAYMENTS_AMOUNT_SIGMA_MULTIPLIER="$SIGMA"
   fresh_stack
   "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" \
