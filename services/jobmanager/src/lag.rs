@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
-use vigil_kafka::connection;
+use vigil_kafka::connection::{self, QuietEof};
 
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -31,15 +31,15 @@ impl StageLag {
 
 pub struct LagProbe {
     /// One client per stage, holding the stage's group id (it never joins the group).
-    groups: Vec<(String, Vec<String>, BaseConsumer)>,
+    groups: Vec<(String, Vec<String>, BaseConsumer<QuietEof>)>,
     /// Reads the first waiting record of a partition, for its timestamp.
-    peek: BaseConsumer,
+    peek: BaseConsumer<QuietEof>,
     partitions: i32,
 }
 
 impl LagProbe {
     pub fn new(bootstrap: &str, topology: &[StageInfo], partitions: u32) -> Result<LagProbe> {
-        let client = |group: &str, eof: bool| -> Result<BaseConsumer> {
+        let client = |group: &str, eof: bool| -> Result<BaseConsumer<QuietEof>> {
             connection::client_config(bootstrap)
                 .set("group.id", group)
                 .set("enable.auto.commit", "false")
@@ -47,7 +47,7 @@ impl LagProbe {
                 .set("enable.partition.eof", if eof { "true" } else { "false" })
                 .set("fetch.max.bytes", "1048576")
                 .set("max.partition.fetch.bytes", "65536")
-                .create()
+                .create_with_context(QuietEof)
                 .context("cannot create a Kafka client for consumer lag")
         };
         let groups = topology

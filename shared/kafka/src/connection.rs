@@ -23,6 +23,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+use tracing::warn;
 
 const KAFKA_PREFIX: &str = "VIGIL_KAFKA_";
 const REGISTRY_USERNAME: &str = "VIGIL_SCHEMA_REGISTRY_USERNAME";
@@ -193,6 +198,21 @@ pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
     security().apply(&mut config);
     config
 }
+
+/// The context of a reader that waits for the end of its partitions, which
+/// librdkafka reports as an error (logged as one by the default context): only real
+/// errors are worth a log line.
+pub struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            warn!(%error, reason, "Kafka client error");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
 
 /// A URL as it may be shown: credentials written into it (`https://user:pw@host`)
 /// become `***`.

@@ -2,19 +2,18 @@
 //! partition's end (read_committed, so an aborted transaction's writes never come
 //! back), in order, the task's own entries handed to the core.
 
-use crate::connection;
+use crate::connection::{self, QuietEof};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
-use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tracing::{info, warn};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::info;
 use vigil_stream::changelog::Stateful;
 
 use crate::core::{entry_of, RestoredTask, TaskRestore};
@@ -31,20 +30,6 @@ const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(30);
 const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
 /// After this long waiting, a restore says what it waits for.
 const OPEN_TRANSACTION_NOTICE: Duration = Duration::from_secs(5);
-
-/// The reader waits for the end of its partition, which librdkafka also reports as
-/// an error; only real errors are worth a log line.
-struct QuietEof;
-
-impl ClientContext for QuietEof {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
-            warn!(%error, reason, "changelog reader error");
-        }
-    }
-}
-
-impl ConsumerContext for QuietEof {}
 
 /// A client closed on a thread of its own when dropped: librdkafka's destroy (leaving
 /// the group, closing connections) took about 0.1 s of every restore, one of empty
