@@ -182,9 +182,22 @@ fn planted_scenarios_reach_the_alert_topics(cluster: &Cluster) {
         .collect();
     assert_eq!(wanted.len(), 10, "the seed's anomalies, late event and four health alerts");
     let topics = ["payment-anomalies", "device-anomalies", "device-events-late", "health-alerts"];
+    // Which lines are still missing, said each time that changes: a timeout then
+    // points at the stage that fell short.
+    let mut reported = None;
     wait_until("the seed's planted alerts are on the topics", Duration::from_secs(300), || {
         let lines = cluster.tail(&topics);
-        wanted.iter().all(|w| lines.iter().any(|l| l == w)).then_some(())
+        let missing: Vec<&str> = wanted.iter().copied().filter(|w| !lines.iter().any(|l| l == w)).collect();
+        if reported.as_ref() != Some(&missing) {
+            eprintln!(
+                "compose test: {} alert lines on the topics, {} planted ones missing",
+                lines.len(),
+                missing.len()
+            );
+            missing.iter().for_each(|m| eprintln!("  missing: {m}"));
+            reported = Some(missing.clone());
+        }
+        missing.is_empty().then_some(())
     });
     // When the first of them was committed, from the jobmanager's live pane.
     let events = cluster.rest("/events");
