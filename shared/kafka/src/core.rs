@@ -169,16 +169,24 @@ impl<O: Operator> Task<O> {
         self.operator.output_watermark() > self.sent_watermark || self.idle != self.sent_idle
     }
 
+    /// Whether it writes markers downstream at this commit: with news, or idle and
+    /// asked to repeat it (readers that took its idleness back wait for that).
+    fn speaks(&self, repeat: bool) -> bool {
+        self.has_news() || (repeat && self.idle)
+    }
+
     /// Whether what it would say on the repartition topics is worth a marker. Its
     /// readers leave an idle writer out of their watermark, and use what it last
     /// said only once every other input has ended (see `advance_watermarks`), where
     /// a stale value holds them back no further than the writer's own end: so while
-    /// it stays idle, its end is news, and where it is only when `repeat_idle` says
-    /// (see [`TaskCore::prepare_commit`]). Otherwise every commit of a stage fed
-    /// keyed input would write every repartition partition, a produce request each.
-    fn source_news(&self, watermark: Millis, idle: bool, repeat_idle: bool) -> bool {
+    /// it stays idle, its end is news, and its idleness with where it is only when
+    /// asked to repeat it (see [`TaskCore::prepare_commit`]). Otherwise every commit
+    /// of a stage fed keyed input would write every repartition partition, a produce
+    /// request each.
+    fn source_news(&self, watermark: Millis, idle: bool, repeat: bool) -> bool {
         idle != self.sent_source_idle
-            || (watermark > self.sent_source_watermark && (!idle || repeat_idle || watermark == END_OF_TIME))
+            || (idle && repeat)
+            || (watermark > self.sent_source_watermark && (!idle || watermark == END_OF_TIME))
     }
 }
 
@@ -243,6 +251,8 @@ pub struct TaskCore<S: Service> {
     max_skew_ms: Millis,
     /// How long after its last rerouted record a task still counts as forwarding.
     forwarding_ms: Millis,
+    /// Idle source partitions woken since the shell last asked (see [`TaskCore::resume`]).
+    woken: Vec<Slot>,
 }
 
 /// Input partitions to pause and to resume.
@@ -280,6 +290,7 @@ impl<S: Service> TaskCore<S> {
             looked: BTreeMap::new(),
             max_skew_ms,
             forwarding_ms,
+            woken: Vec::new(),
         };
         core.reset_clocks();
         core
@@ -521,6 +532,7 @@ impl<S: Service> TaskCore<S> {
         self.positions.insert(slot, offset + 1);
         self.dirty = true;
         let mut routed = Routed::Done;
+        let resumed = self.resumes(slot, &incoming);
         match incoming {
             Incoming::Marker(marker) => self.on_marker(slot, marker),
             Incoming::Undecodable => {
@@ -547,6 +559,9 @@ impl<S: Service> TaskCore<S> {
                     }
                 }
             }
+        }
+        if resumed {
+            self.resume(id, slot);
         }
         self.advance_watermark(id);
         Ok(routed)
@@ -633,6 +648,54 @@ impl<S: Service> TaskCore<S> {
         }
     }
 
+    /// Whether a message says input resumed on a partition its task left out as
+    /// idle: a record there, or an idle writer saying it is not.
+    fn resumes(&self, (input, p): Slot, incoming: &Incoming<<S::Op as Operator>::In>) -> bool {
+        let p = p as usize;
+        match (incoming, &self.clocks[input], &self.upstream[input]) {
+            (Incoming::Record { .. }, Some(clock), _) => clock.partition_watermark(p).is_none(),
+            (Incoming::Record { .. }, _, Some(u)) => u.watermark(p).is_none(),
+            (Incoming::Marker(Marker { task: Some(writer), idle: false, .. }), _, Some(u)) => u.is_idle(p, *writer),
+            _ => false,
+        }
+    }
+
+    /// Input of task `id` resumed on `from`: every input it leaves out as idle holds
+    /// it again until that input says it is idle once more. An idle source partition
+    /// wakes (the shell watches it for another spell of silence:
+    /// [`TaskCore::take_woken`]); an upstream partition's idle writers hold it at
+    /// what they last said, until they repeat that they are idle
+    /// ([`TaskCore::prepare_commit`]). Input produced after a pause reaches a task's
+    /// partitions, and the tasks upstream, moments apart, and the first to resume
+    /// would otherwise carry the watermark past the records of the rest. Holding one
+    /// too many delays the watermark by at most the idle timeout; holding one too few
+    /// makes records late.
+    ///
+    /// A repartition partition is held only by what happens on it: its writers' idle
+    /// says that they forward nothing (their input is keyed), not that nothing is to
+    /// come, and taking it back when a source resumes would judge correctly keyed
+    /// input otherwise than the embedded runtime does.
+    fn resume(&mut self, id: i32, from: Slot) {
+        let slots: Vec<Slot> = self.slots_of(id).collect();
+        for (i, p) in slots {
+            let held = match (&mut self.clocks[i], &mut self.upstream[i]) {
+                (Some(clock), _) if clock.partition_watermark(p as usize).is_none() => {
+                    clock.mark_idle(p as usize, false);
+                    self.woken.push((i, p));
+                    true
+                }
+                (_, Some(u)) if !self.inputs[i].is_repartition() || (i, p) == from => u.hold_idle(p as usize),
+                _ => false,
+            };
+            self.dirty |= held;
+        }
+    }
+
+    /// The idle source partitions woken since the last call (see [`TaskCore::resume`]).
+    pub fn take_woken(&mut self) -> std::vec::Drain<'_, Slot> {
+        self.woken.drain(..)
+    }
+
     /// Whether a writer of a task's repartition partitions holds them at "no
     /// watermark" (see [`TaskCore::on_input`]).
     fn waiting(&self, id: i32) -> bool {
@@ -663,28 +726,6 @@ impl<S: Service> TaskCore<S> {
             self.advance_watermarks();
         }
         changed
-    }
-
-    /// When a record arrives on a source partition marked idle, the other idle source
-    /// partitions of its task: input has resumed, and theirs may have too. The shell
-    /// asks the broker and wakes ([`TaskCore::wake`]) those with records to come, so
-    /// the first partition fetched does not carry the watermark past the others.
-    pub fn idle_siblings(&self, (input, p): Slot) -> Vec<Slot> {
-        let idle = |(i, q): Slot| matches!(&self.clocks[i], Some(c) if c.partition_watermark(q as usize).is_none());
-        if !idle((input, p)) {
-            return Vec::new();
-        }
-        let task = self.parallelism.task_of(p);
-        self.slots_of(task).filter(|&s| s != (input, p) && idle(s)).collect()
-    }
-
-    /// A source partition marked idle holds its task's watermark back again, until
-    /// its next record: the broker says it has records on their way.
-    pub fn wake(&mut self, (input, p): Slot) -> bool {
-        let Some(clock) = &mut self.clocks[input] else { return false };
-        let woken = clock.mark_idle(p as usize, false);
-        self.dirty |= woken;
-        woken
     }
 
     /// Gives every task the watermark of its input partitions, if it moved.
@@ -809,11 +850,15 @@ impl<S: Service> TaskCore<S> {
 
     /// The markers, changelog writes and offsets of a commit. Calling it again before
     /// [`TaskCore::committed`] or [`TaskCore::abort`] gives only what changed since.
-    /// With `repeat_idle`, tasks idle on the repartition topics say there where
-    /// their source watermark has got to: the shell asks for it every so often, so
-    /// that their readers' partitions there are not silent for long (each silent
-    /// spell costs a reader a query to the broker) and what those hold is not old.
-    pub fn prepare_commit(&mut self, repeat_idle: bool) -> CommitBatch {
+    /// With `repeat` (the shell asks every half idle timeout), idle tasks say again
+    /// that they are idle: readers that took their idleness back when other input
+    /// resumed wait for it (see [`TaskCore::resume`]), and it keeps those readers'
+    /// partitions from going silent (each silent spell costs a reader a query to the
+    /// broker). On the repartition topics every task that does not forward says it,
+    /// with where its source watermark has got to: it says how its input is keyed,
+    /// not that nothing is to come. Downstream only the tasks in `repeat` do, those
+    /// whose inputs the broker says are read to their end ([`TaskCore::idle_tasks`]).
+    pub fn prepare_commit(&mut self, repeat: Option<&BTreeSet<i32>>) -> CommitBatch {
         let mut batch = CommitBatch::default();
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         let mut writes = Vec::new();
@@ -823,13 +868,13 @@ impl<S: Service> TaskCore<S> {
             let source = self.source_watermark(id);
             let task = self.tasks.get_mut(&id).expect("a listed task");
             if let Some((watermark, idle)) = source {
-                if task.source_news(watermark, idle, repeat_idle) {
+                if task.source_news(watermark, idle, repeat.is_some()) {
                     batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle });
                     task.sent_source_watermark = task.sent_source_watermark.max(watermark);
                     task.sent_source_idle = idle;
                 }
             }
-            if task.has_news() {
+            if task.speaks(repeat.is_some_and(|r| r.contains(&id))) {
                 let out_watermark = task.operator.output_watermark();
                 batch.markers.push(Marker { task: Some(id as u32), watermark: out_watermark, idle: task.idle });
                 task.sent_watermark = task.sent_watermark.max(out_watermark);
@@ -875,6 +920,12 @@ impl<S: Service> TaskCore<S> {
         let watermark = active.iter().copied().min().unwrap_or(task.sent_source_watermark).max(NO_WATERMARK + 1);
         let forwarding = task.forwarding_until != NO_WATERMARK && task.forwarding_until >= watermark;
         Some((watermark, active.is_empty() || !forwarding))
+    }
+
+    /// The tasks idle downstream, with their input partitions: those the shell may
+    /// ask to repeat it ([`TaskCore::prepare_commit`]).
+    pub fn idle_tasks(&self) -> Vec<(i32, Vec<Slot>)> {
+        self.tasks.iter().filter(|(_, task)| task.idle).map(|(&id, _)| (id, self.slots_of(id).collect())).collect()
     }
 
     fn task_record(&self, id: i32) -> TaskRecord {

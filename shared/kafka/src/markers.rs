@@ -12,6 +12,15 @@
 //! Without that, one partition that gets no records (a key space that never lands
 //! on it) would hold every downstream window back forever.
 //!
+//! Unlike Flink's, that idleness is taken back when input resumes. A replay produced
+//! after every input went idle reaches the writers moments apart, and the first to
+//! resume would carry its readers past the records of the others, all then late. So
+//! when any input of a reader resumes, its idle writers hold it again, at what they
+//! last said, until they say once more that they are idle: idle tasks repeat it every
+//! half idle timeout, once the broker says their inputs are read to their end. (On a
+//! repartition topic, idle says that a writer forwards nothing, which only its own
+//! forwarding takes back: see `TaskCore::resume`.)
+//!
 //! Whoever produces the input topics (the generator, after a dataset) may write a
 //! marker without a task header to say a partition has ended: its watermark is then
 //! the end of time and every window fires, as a bounded source does in Flink.
@@ -89,6 +98,23 @@ impl UpstreamWatermarks {
         if let Some(slot) = self.partitions.get_mut(partition).and_then(|p| p.get_mut(task as usize)) {
             *slot = Writer { watermark: slot.watermark.max(watermark), idle };
         }
+    }
+
+    /// Whether the partition's writer `task` is idle.
+    pub fn is_idle(&self, partition: usize, task: u32) -> bool {
+        self.partitions[partition].get(task as usize).is_some_and(|w| w.idle)
+    }
+
+    /// The partition's idle writers hold it again, at what they last said, until they
+    /// say they are idle once more: an input of its reader resumed, and theirs may
+    /// have too, only not read yet (see `TaskCore::resume`). Whether any was idle.
+    pub fn hold_idle(&mut self, partition: usize) -> bool {
+        let mut held = false;
+        for w in self.partitions[partition].iter_mut().filter(|w| w.idle) {
+            w.idle = false;
+            held = true;
+        }
+        held
     }
 
     /// Writers still at "no watermark" (not heard from, or not yet sure what they

@@ -13,7 +13,7 @@
 //! `election`), and a fenced leader steps back to standby.
 
 use crate::connection;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -157,9 +157,10 @@ pub struct Runner<S: Service> {
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
     last_commit: Instant,
-    /// When the idle tasks last repeated their markers on the repartition topics
-    /// (see `TaskCore::prepare_commit`).
+    /// When the idle tasks were last asked to repeat that they are idle, and those
+    /// to ask at the next commit (see `ask_idle_tasks_to_repeat`).
     idle_markers_repeated: Instant,
+    repeat_idle: Option<BTreeSet<i32>>,
     cadence: Cadence,
     /// When each record of the open transaction was read, for its commit wait.
     reads: Vec<Instant>,
@@ -247,6 +248,7 @@ impl<S: Service> Runner<S> {
             failed_commits: 0,
             last_commit: Instant::now(),
             idle_markers_repeated: Instant::now(),
+            repeat_idle: None,
             reads: Vec::new(),
             records_in,
             records_out,
@@ -375,6 +377,7 @@ impl<S: Service> Runner<S> {
             self.beat.beat();
             self.handle_rebalance()?;
             self.mark_idle_partitions()?;
+            self.ask_idle_tasks_to_repeat();
             self.read_batch()?;
             self.emit()?;
             self.apply_flow()?;
@@ -386,6 +389,7 @@ impl<S: Service> Runner<S> {
             // state (new tasks' entries, upstream markers read) wait for the interval.
             let quiet = self.drained && (self.carries_records || self.core.has_news());
             if self.core.decision_unsent()
+                || self.repeat_idle.is_some()
                 || self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), quiet, busy)
             {
                 self.commit()?;
@@ -736,10 +740,9 @@ impl<S: Service> Runner<S> {
             }
         };
         let is_record = !matches!(incoming, Incoming::Marker(_));
-        if matches!(incoming, Incoming::Record { .. }) {
-            self.wake_idle_siblings(slot);
-        }
-        match self.core.on_input(slot, offset, incoming)? {
+        let routed = self.core.on_input(slot, offset, incoming)?;
+        self.watch_woken();
+        match routed {
             // Read again later: nothing of it counts yet.
             Routed::Held { seek } => {
                 if let Some(from) = seek {
@@ -826,18 +829,37 @@ impl<S: Service> Runner<S> {
         Ok(())
     }
 
-    /// A record on an idle source partition: its task's other idle source partitions
-    /// that may have records to come (not caught up, or the broker cannot be asked)
-    /// hold the watermark back again (see `TaskCore::idle_siblings`). Waking one too
-    /// many only delays the watermark until that partition is silent again; waking
-    /// one too few would let it overtake.
-    fn wake_idle_siblings(&mut self, slot: Slot) {
-        for sibling in self.core.idle_siblings(slot) {
-            let caught_up = matches!(self.unread(sibling), Some(Unread { waiting: 0, .. }));
-            if !caught_up && self.core.wake(sibling) {
-                info!(topic = %self.topics[sibling.0].0, partition = sibling.1, "idle partition woken: it has records to come");
+    /// Idle source partitions the core woke because their task's input resumed (see
+    /// `TaskCore::resume`): each holds the watermark until it has a record, or is
+    /// silent and read to its end for another spell.
+    fn watch_woken(&mut self) {
+        let now = Instant::now();
+        for slot in self.core.take_woken() {
+            self.silence.heard(slot, now);
+            info!(topic = %self.topics[slot.0].0, partition = slot.1, "idle partition woken: its task's input resumed, and it may have records to come");
+        }
+    }
+
+    /// Every half idle timeout, idle tasks are asked to say again that they are idle,
+    /// at a commit that is not put off (see `TaskCore::prepare_commit`): readers that
+    /// took their idleness back when other input resumed wait for it. Downstream,
+    /// only those whose inputs the broker says are read to their end.
+    fn ask_idle_tasks_to_repeat(&mut self) {
+        if !self.drained || self.idle_markers_repeated.elapsed() < self.silence.after() / 2 {
+            return;
+        }
+        self.idle_markers_repeated = Instant::now();
+        let mut read_to_end = BTreeSet::new();
+        for (task, slots) in self.core.idle_tasks() {
+            let Some(unread) = slots.iter().map(|&slot| self.unread(slot)).collect::<Option<Vec<Unread>>>() else {
+                self.silence.outage();
+                break;
+            };
+            if unread.iter().all(|u| u.waiting == 0) {
+                read_to_end.insert(task);
             }
         }
+        self.repeat_idle = Some(read_to_end);
     }
 
     /// How far a partition has been read and how many records wait after that, as
@@ -928,10 +950,7 @@ impl<S: Service> Runner<S> {
         // Outputs of the records this commit counts go in its transaction.
         self.emit()?;
         self.begin()?;
-        // Twice per spell of silence, so that a reader's repartition partitions, whose
-        // writers are all idle, are not silent for a whole spell as long as those run.
-        let repeat_idle = self.idle_markers_repeated.elapsed() >= self.silence.after() / 2;
-        let batch = self.core.prepare_commit(repeat_idle);
+        let batch = self.core.prepare_commit(self.repeat_idle.take().as_ref());
         self.write_batch(&batch)?;
         let mut offsets = TopicPartitionList::new();
         for &((i, p), next) in &batch.offsets {
@@ -952,9 +971,6 @@ impl<S: Service> Runner<S> {
         }
         match result {
             Ok(()) => {
-                if repeat_idle {
-                    self.idle_markers_repeated = Instant::now();
-                }
                 self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();

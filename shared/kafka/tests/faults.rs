@@ -53,9 +53,8 @@ fn exited(services: &mut [Running]) -> Vec<String> {
 
 /// The test's input sent at a steady pace on a thread of its own, as a live source
 /// sends it, so that the faults strike while it flows. A lull longer than the
-/// wall-clock idle timeout would idle every partition, and the first to resume could
-/// carry the watermark past the others (as Flink's idleness would): a race with the
-/// wall clock, not what these faults are about.
+/// wall-clock idle timeout would idle partitions, and their resuming (see the
+/// README's event-time section) is not what these faults are about.
 struct Feed {
     sent: Arc<AtomicUsize>,
     thread: std::thread::JoinHandle<()>,
