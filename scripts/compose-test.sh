@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 ART="$PWD/target/compose-test"
 TASKMANAGERS=3
+SOURCE_PARTITIONS=12 # orders, payments, device-events: runtime.partitions (4) each
 log() { printf 'compose-test: %s\n' "$*" >&2; }
 t0=$SECONDS
 
@@ -53,9 +54,26 @@ finish() {
 trap finish EXIT
 
 compose down -v --remove-orphans >/dev/null 2>&1 || true
-log "docker compose up -d --scale taskmanager=$TASKMANAGERS"
+log "docker compose up -d --scale taskmanager=$TASKMANAGERS, the generator held back"
 up_at_ms=$(date +%s%3N)
-compose up -d --scale "taskmanager=$TASKMANAGERS"
+compose up -d --scale "taskmanager=$TASKMANAGERS" --scale generator=0
+
+# The planted input comes only once the stages have judged their empty source
+# partitions idle, as when a user produces a while after `up`: input that resumes
+# after a pause must be judged as if it had come at once (README, event time).
+idle_partitions() {
+  compose logs --no-color taskmanager 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' |
+    { grep -o "partition idle: .* topic=$1 partition=[0-9]*" || true; } | sed 's/.*partition=//' | sort -u | wc -l
+}
+log "waiting until every source partition has been judged idle"
+for ((i = 0; ; i++)); do
+  idle=$(( $(idle_partitions orders) + $(idle_partitions payments) + $(idle_partitions device-events) ))
+  ((idle >= SOURCE_PARTITIONS)) && break
+  ((i < 120)) || { log "only $idle of $SOURCE_PARTITIONS source partitions judged idle after 120 s"; exit 1; }
+  sleep 1
+done
+log "all $SOURCE_PARTITIONS judged idle after ${i} s; producing the planted dataset: docker compose up -d generator"
+compose up -d --no-recreate generator
 
 export VIGIL_CLUSTER_JOBMANAGER=http://127.0.0.1:8081
 export VIGIL_CLUSTER_PROMETHEUS=http://127.0.0.1:9090
