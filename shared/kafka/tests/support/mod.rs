@@ -71,7 +71,9 @@ impl Stack {
     pub fn fresh_secured(run_prefix: &str) -> Stack {
         let (user, password, ca) =
             (env("VIGIL_SECURE_USERNAME"), env("VIGIL_SECURE_PASSWORD"), env("VIGIL_SECURE_CA_LOCATION"));
-        let config = std::env::temp_dir().join(format!("vigil-secured-{}.toml", std::process::id()));
+        // Beside the stack's CA, in its own state folder, where its passwords already
+        // are: not in the machine's shared temporary folder.
+        let config = std::path::Path::new(&ca).with_file_name(format!("vigil-secured-{}.toml", std::process::id()));
         let registry =
             format!("[schema_registry]\nusername = {user:?}\npassword = {password:?}\nca_location = {ca:?}\n");
         std::fs::write(&config, registry).unwrap();
