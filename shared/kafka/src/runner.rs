@@ -843,7 +843,8 @@ impl<S: Service> Runner<S> {
     /// Every half idle timeout, idle tasks are asked to say again that they are idle,
     /// at a commit that is not put off (see `TaskCore::prepare_commit`): readers that
     /// took their idleness back when other input resumed wait for it. Downstream,
-    /// only those whose inputs the broker says are read to their end.
+    /// only those whose inputs the broker says are read to their end. A broker that
+    /// does not answer gets no commit from it.
     fn ask_idle_tasks_to_repeat(&mut self) {
         if !self.drained || self.idle_markers_repeated.elapsed() < self.silence.after() / 2 {
             return;
@@ -853,7 +854,7 @@ impl<S: Service> Runner<S> {
         for (task, slots) in self.core.idle_tasks() {
             let Some(unread) = slots.iter().map(|&slot| self.unread(slot)).collect::<Option<Vec<Unread>>>() else {
                 self.silence.outage();
-                break;
+                return;
             };
             if unread.iter().all(|u| u.waiting == 0) {
                 read_to_end.insert(task);
