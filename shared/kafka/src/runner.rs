@@ -833,9 +833,10 @@ impl<S: Service> Runner<S> {
     /// `TaskCore::resume`): each holds the watermark until it has a record, or is
     /// silent and read to its end for another spell.
     fn watch_woken(&mut self) {
-        let now = Instant::now();
+        // Called after every message: the clock is read only when there is one.
+        let mut now = None;
         for slot in self.core.take_woken() {
-            self.silence.heard(slot, now);
+            self.silence.heard(slot, *now.get_or_insert_with(Instant::now));
             info!(topic = %self.topics[slot.0].0, partition = slot.1, "idle partition woken: its task's input resumed, and it may have records to come");
         }
     }
