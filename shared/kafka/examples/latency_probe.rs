@@ -67,8 +67,8 @@ impl Releases {
     }
 
     fn marker(&mut self, partition: usize, marker: markers::Marker, seen: i64) {
-        if let Some(task) = marker.task {
-            self.upstream.update(partition, task, marker.watermark, marker.idle);
+        if marker.task.is_some() {
+            self.upstream.update(partition, marker);
             self.release(partition, seen);
         }
     }

@@ -157,6 +157,15 @@ struct Task<O> {
     decided: bool,
     /// Records found in place in a row while undecided.
     in_place: u32,
+    /// Whether it decided on records it looked at, not because its source went idle
+    /// before any came (see [`TaskCore::ask`]).
+    evidence: bool,
+    /// The latest generation asked on its repartition partition, or by itself.
+    asked: u64,
+    /// The latest generation it answered (see `markers`): it says so on the
+    /// repartition topics.
+    answered: u64,
+    sent_answered: u64,
     ledger: Ledger,
     committed_ledger: Ledger,
     /// The task record as last written, so an unchanged one is not written again.
@@ -184,7 +193,8 @@ impl<O: Operator> Task<O> {
     /// of a stage fed keyed input would write every repartition partition, a produce
     /// request each.
     fn source_news(&self, watermark: Millis, idle: bool, repeat: bool) -> bool {
-        idle != self.sent_source_idle
+        self.answered > self.sent_answered
+            || idle != self.sent_source_idle
             || (idle && repeat)
             || (watermark > self.sent_source_watermark && (!idle || watermark == END_OF_TIME))
     }
@@ -206,6 +216,15 @@ struct TaskRecord {
     decided: bool,
     #[serde(default)]
     in_place: u32,
+    #[serde(default = "decided")]
+    evidence: bool,
+    #[serde(default)]
+    asked: u64,
+    #[serde(default)]
+    answered: u64,
+    /// (input index, partition, generation) of repartition inputs awaiting an answer.
+    #[serde(default)]
+    awaiting: Vec<(usize, i32, u64)>,
     /// (input index, partition, progress) of source inputs.
     sources: Vec<(usize, i32, Progress)>,
     /// (input index, partition, writers) of upstream inputs.
@@ -431,6 +450,10 @@ impl<S: Service> TaskCore<S> {
             forwarding_until: NO_WATERMARK,
             decided: false,
             in_place: 0,
+            evidence: false,
+            asked: 0,
+            answered: 0,
+            sent_answered: 0,
             ledger: Ledger::default(),
             committed_ledger: Ledger::default(),
             written: Scalar::default(),
@@ -466,6 +489,11 @@ impl<S: Service> TaskCore<S> {
                 u.restore_partition(p as usize, writers);
             }
         }
+        for (input, p, generation) in r.awaiting {
+            if let Some(Some(u)) = self.upstream.get_mut(input) {
+                u.ask(p as usize, generation);
+            }
+        }
         let t = self.tasks.get_mut(&task).expect("begin_restore comes first");
         t.input_watermark = r.input_watermark;
         t.sent_watermark = r.sent_watermark;
@@ -476,6 +504,11 @@ impl<S: Service> TaskCore<S> {
         t.forwarding_until = r.forwarding_until;
         t.decided = r.decided;
         t.in_place = r.in_place;
+        t.evidence = r.evidence;
+        t.asked = r.asked;
+        // Its answers go out in the transaction that writes them down.
+        t.answered = r.answered;
+        t.sent_answered = r.answered;
         t.ledger = r.ledger;
         t.committed_ledger = r.ledger;
         t.written.restored(bytes);
@@ -526,13 +559,15 @@ impl<S: Service> TaskCore<S> {
         if !self.tasks.contains_key(&id) {
             return Err(CoreError::NotAssigned { input, partition });
         }
+        if self.resumes(slot, &incoming) {
+            self.resume(id, slot);
+        }
         if self.inputs[input].is_source() && (self.held.contains_key(&slot) || self.waiting(id)) {
             return Ok(self.hold(id, slot, offset, &incoming));
         }
         self.positions.insert(slot, offset + 1);
         self.dirty = true;
         let mut routed = Routed::Done;
-        let resumed = self.resumes(slot, &incoming);
         match incoming {
             Incoming::Marker(marker) => self.on_marker(slot, marker),
             Incoming::Undecodable => {
@@ -559,9 +594,6 @@ impl<S: Service> TaskCore<S> {
                     }
                 }
             }
-        }
-        if resumed {
-            self.resume(id, slot);
         }
         self.advance_watermark(id);
         Ok(routed)
@@ -609,6 +641,7 @@ impl<S: Service> TaskCore<S> {
         }
         task.in_place += 1;
         task.decided = placement != Placement::InPlace || task.in_place >= IN_PLACE_TO_DECIDE;
+        task.evidence = task.decided;
         self.dirty |= task.decided;
     }
 
@@ -643,7 +676,18 @@ impl<S: Service> TaskCore<S> {
     fn on_marker(&mut self, (input, p): Slot, marker: Marker) {
         match (&mut self.clocks[input], &mut self.upstream[input], marker.task) {
             (Some(clock), _, None) if marker.watermark == Millis::MAX => clock.finish_partition(p as usize),
-            (_, Some(u), Some(writer)) => u.update(p as usize, writer, marker.watermark, marker.idle),
+            (_, Some(u), Some(writer)) => {
+                u.update(p as usize, marker);
+                if self.inputs[input].is_repartition() {
+                    // Only an undecided writer says "no watermark" without being idle.
+                    if marker.watermark == NO_WATERMARK && !marker.idle {
+                        u.undecided(p as usize, writer);
+                    }
+                    if let Some(task) = self.tasks.get_mut(&self.parallelism.task_of(p)) {
+                        task.asked = task.asked.max(marker.generation);
+                    }
+                }
+            }
             _ => tracing::warn!(partition = p, ?marker, "ignoring a watermark marker this input does not expect"),
         }
     }
@@ -675,7 +719,13 @@ impl<S: Service> TaskCore<S> {
     /// says that they forward nothing (their input is keyed), not that nothing is to
     /// come, and taking it back when a source resumes would judge correctly keyed
     /// input otherwise than the embedded runtime does.
+    ///
+    /// A source resuming also asks the task's repartition writers a new generation
+    /// ([`TaskCore::ask`]).
     fn resume(&mut self, id: i32, from: Slot) {
+        if self.inputs[from.0].is_source() && self.inputs.iter().any(Input::is_repartition) {
+            self.ask(id);
+        }
         let slots: Vec<Slot> = self.slots_of(id).collect();
         for (i, p) in slots {
             let held = match (&mut self.clocks[i], &mut self.upstream[i]) {
@@ -691,6 +741,78 @@ impl<S: Service> TaskCore<S> {
         }
     }
 
+    /// Task `id`'s source input resumed. Its writers on the repartition topics may
+    /// have had input come too, not read yet: it asks them a new generation, and
+    /// holds its source records until each has answered it (see `markers`), so
+    /// none forwards records older than the watermark it then goes by. A task that
+    /// decided how its input is keyed only because its source went idle first looks
+    /// at that input again, as at a first start.
+    fn ask(&mut self, id: i32) {
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        if !task.evidence {
+            task.decided = false;
+            task.in_place = 0;
+            // What it decides is news, wherever its source watermark then is.
+            task.sent_source_watermark = NO_WATERMARK;
+        }
+        task.asked += 1;
+        let generation = task.asked;
+        let slots: Vec<Slot> = self.slots_of(id).filter(|&(i, _)| self.inputs[i].is_repartition()).collect();
+        for (i, p) in slots {
+            if let Some(u) = &mut self.upstream[i] {
+                u.ask(p as usize, generation);
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// Whether every source partition of task `id` is idle: it knows of no input of
+    /// its own to forward, and only the broker can say none is on its way.
+    fn sources_idle(&self, id: i32) -> bool {
+        self.slots_of(id)
+            .filter_map(|(i, p)| self.clocks[i].as_ref().map(|c| c.partition_watermark(p as usize)))
+            .all(|w| w.is_none())
+    }
+
+    /// The generation task `id` answers now: the latest asked, if it has source input
+    /// of its own (its markers then bound what it forwards); else the latest the
+    /// broker has confirmed ([`TaskCore::verified`]).
+    fn answer(&self, id: i32) -> u64 {
+        let task = &self.tasks[&id];
+        if self.sources_idle(id) {
+            task.answered
+        } else {
+            task.asked
+        }
+    }
+
+    /// Tasks asked a generation they cannot answer without the broker, with their
+    /// source partitions: the shell calls [`TaskCore::verified`] for each once the
+    /// broker says those are read to their end.
+    pub fn to_verify(&self) -> Vec<(i32, Vec<Slot>)> {
+        self.tasks
+            .iter()
+            .filter(|&(&id, t)| t.asked > t.answered && self.sources_idle(id))
+            .map(|(&id, _)| (id, self.slots_of(id).filter(|&(i, _)| self.inputs[i].is_source()).collect()))
+            .collect()
+    }
+
+    /// The broker says task `id`'s source partitions are read to their end, since it
+    /// read the generation it was last asked: it answers that.
+    pub fn verified(&mut self, id: i32) {
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        if task.answered < task.asked {
+            task.answered = task.asked;
+            self.dirty = true;
+        }
+    }
+
+    /// Whether a task has an answer to a generation not yet said: its readers hold
+    /// their input until they hear it, so it is worth a commit at once.
+    pub fn answer_unsent(&self) -> bool {
+        self.tasks.iter().any(|(&id, t)| self.answer(id) > t.sent_answered)
+    }
+
     /// The idle source partitions woken since the last call (see [`TaskCore::resume`]).
     pub fn take_woken(&mut self) -> std::vec::Drain<'_, Slot> {
         self.woken.drain(..)
@@ -701,7 +823,9 @@ impl<S: Service> TaskCore<S> {
     fn waiting(&self, id: i32) -> bool {
         self.slots_of(id).any(|(i, p)| {
             self.inputs[i].is_repartition()
-                && self.upstream[i].as_ref().and_then(|u| u.watermark(p as usize)) == Some(NO_WATERMARK)
+                && self.upstream[i]
+                    .as_ref()
+                    .is_some_and(|u| u.watermark(p as usize) == Some(NO_WATERMARK) || u.unanswered(p as usize))
         })
     }
 
@@ -715,7 +839,13 @@ impl<S: Service> TaskCore<S> {
         let changed = match (&mut self.clocks[input], &mut self.upstream[input]) {
             (Some(clock), _) => {
                 if let Some(task) = self.tasks.get_mut(&self.parallelism.task_of(p)) {
-                    self.dirty |= !std::mem::replace(&mut task.decided, true);
+                    if !task.decided {
+                        task.decided = true;
+                        // Records looked at in place are some evidence; and looking
+                        // at them again, once rewound, must not undo the decision.
+                        task.evidence = task.in_place > 0;
+                        self.dirty = true;
+                    }
                 }
                 clock.mark_idle(p as usize, true)
             }
@@ -866,17 +996,21 @@ impl<S: Service> TaskCore<S> {
             let record = self.task_record(id);
             let partition = id % self.partitions;
             let source = self.source_watermark(id);
+            let answer = self.answer(id);
             let task = self.tasks.get_mut(&id).expect("a listed task");
+            task.answered = task.answered.max(answer);
             if let Some((watermark, idle)) = source {
                 if task.source_news(watermark, idle, repeat.is_some()) {
-                    batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle });
+                    let generation = task.answered;
+                    batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle, generation });
                     task.sent_source_watermark = task.sent_source_watermark.max(watermark);
                     task.sent_source_idle = idle;
+                    task.sent_answered = generation;
                 }
             }
             if task.speaks(repeat.is_some_and(|r| r.contains(&id))) {
                 let out_watermark = task.operator.output_watermark();
-                batch.markers.push(Marker { task: Some(id as u32), watermark: out_watermark, idle: task.idle });
+                batch.markers.push(Marker::of(id as u32, out_watermark, task.idle));
                 task.sent_watermark = task.sent_watermark.max(out_watermark);
                 task.sent_idle = task.idle;
             }
@@ -886,6 +1020,7 @@ impl<S: Service> TaskCore<S> {
                 sent_idle: task.sent_idle,
                 sent_source_watermark: task.sent_source_watermark,
                 sent_source_idle: task.sent_source_idle,
+                answered: task.sent_answered,
                 ..record
             };
             task.written.write_if_changed(vec![TASK_RECORD], &record, &mut writes);
@@ -939,6 +1074,10 @@ impl<S: Service> TaskCore<S> {
             forwarding_until: task.forwarding_until,
             decided: task.decided,
             in_place: task.in_place,
+            evidence: task.evidence,
+            asked: task.asked,
+            answered: task.answered,
+            awaiting: Vec::new(),
             sources: Vec::new(),
             upstream: Vec::new(),
             ledger: task.ledger,
@@ -953,6 +1092,9 @@ impl<S: Service> TaskCore<S> {
             }
             if let Some(u) = &self.upstream[i] {
                 record.upstream.push((i, p, u.partition(p as usize)));
+                if u.awaiting(p as usize) > 0 {
+                    record.awaiting.push((i, p, u.awaiting(p as usize)));
+                }
             }
         }
         record

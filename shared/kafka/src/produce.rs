@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use serde::Serialize;
 use tracing::{error, warn};
-use vigil_model::{DeviceEvent, InputRecord, Millis, Order, Payment, Source};
+use vigil_model::{DeviceEvent, InputRecord, Order, Payment, Source};
 
 use crate::codec::{Codec, CodecError};
 use crate::markers::{self, Marker};
@@ -180,7 +180,7 @@ impl InputProducer {
     pub fn finish(&self) -> Result<()> {
         for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
             for p in 0..self.partitions {
-                let headers = markers::headers(Marker { task: None, watermark: Millis::MAX, idle: false });
+                let headers = markers::headers(Marker::END);
                 self.send(BaseRecord::<str, [u8]>::to(topic.name).partition(p).headers(headers))?;
             }
         }

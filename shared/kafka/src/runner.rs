@@ -54,6 +54,9 @@ const SEND_OFFSETS_MARGIN: Duration = Duration::from_secs(5);
 const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Failed commits in a row after which a member starts over with new clients.
 const COMMIT_ATTEMPTS: u32 = 3;
+/// How often a task asked a generation it cannot answer yet asks the broker whether
+/// its source partitions are read to their end (see `answer_asks`).
+const ASK_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// The most messages read in one turn of the loop (see `Runner::read_batch`).
 const POLL_BATCH: usize = 64;
 
@@ -161,6 +164,8 @@ pub struct Runner<S: Service> {
     /// to ask at the next commit (see `ask_idle_tasks_to_repeat`).
     idle_markers_repeated: Instant,
     repeat_idle: Option<BTreeSet<i32>>,
+    /// When the tasks asked a generation are next checked (see `answer_asks`).
+    next_ask_check: Instant,
     cadence: Cadence,
     /// When each record of the open transaction was read, for its commit wait.
     reads: Vec<Instant>,
@@ -248,6 +253,7 @@ impl<S: Service> Runner<S> {
             failed_commits: 0,
             last_commit: Instant::now(),
             idle_markers_repeated: Instant::now(),
+            next_ask_check: Instant::now(),
             repeat_idle: None,
             reads: Vec::new(),
             records_in,
@@ -378,6 +384,7 @@ impl<S: Service> Runner<S> {
             self.handle_rebalance()?;
             self.mark_idle_partitions()?;
             self.ask_idle_tasks_to_repeat();
+            self.answer_asks();
             self.read_batch()?;
             self.emit()?;
             self.apply_flow()?;
@@ -389,6 +396,7 @@ impl<S: Service> Runner<S> {
             // state (new tasks' entries, upstream markers read) wait for the interval.
             let quiet = self.drained && (self.carries_records || self.core.has_news());
             if self.core.decision_unsent()
+                || self.core.answer_unsent()
                 || self.repeat_idle.is_some()
                 || self.cadence.due(self.core.is_dirty(), self.last_commit.elapsed(), quiet, busy)
             {
@@ -853,15 +861,57 @@ impl<S: Service> Runner<S> {
         self.idle_markers_repeated = Instant::now();
         let mut read_to_end = BTreeSet::new();
         for (task, slots) in self.core.idle_tasks() {
-            let Some(unread) = slots.iter().map(|&slot| self.unread(slot)).collect::<Option<Vec<Unread>>>() else {
-                self.silence.outage();
-                return;
-            };
-            if unread.iter().all(|u| u.waiting == 0) {
-                read_to_end.insert(task);
+            match self.read_to_end(&slots) {
+                None => return,
+                Some(true) => _ = read_to_end.insert(task),
+                Some(false) => {}
             }
         }
         self.repeat_idle = Some(read_to_end);
+    }
+
+    /// A task asked a generation while its source partitions are all idle answers
+    /// it once the broker says they are read to their end (see `markers`): asked
+    /// after the ask was read, the broker's end covers every record produced before
+    /// the reader that asked resumed. (Unlike marking a partition idle, it need not
+    /// wait for the member to drain its fetches: records fetched and not yet
+    /// processed are unread by the consumer's position too.)
+    fn answer_asks(&mut self) {
+        let tasks = self.core.to_verify();
+        if tasks.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.next_ask_check {
+            return;
+        }
+        self.next_ask_check = now + ASK_CHECK_INTERVAL;
+        for (task, slots) in tasks {
+            match self.read_to_end(&slots) {
+                // Each unanswered query blocks the loop: ask no sooner than it waited.
+                None => {
+                    self.next_ask_check = Instant::now() + END_OFFSET_TIMEOUT;
+                    return;
+                }
+                Some(true) => self.core.verified(task),
+                Some(false) => {}
+            }
+        }
+    }
+
+    /// Whether the broker says every one of `slots` is read to its end; `None` if it
+    /// does not answer (the silence watch is told: see `Silence::outage`).
+    fn read_to_end(&mut self, slots: &[Slot]) -> Option<bool> {
+        for &slot in slots {
+            let Some(unread) = self.unread(slot) else {
+                self.silence.outage();
+                return None;
+            };
+            if unread.waiting > 0 {
+                return Some(false);
+            }
+        }
+        Some(true)
     }
 
     /// How far a partition has been read and how many records wait after that, as

@@ -102,10 +102,28 @@ impl<S: Service> Member<S> {
     /// Every writer of the repartition partitions says it forwards nothing, at their
     /// first offsets (as the markers of every task's first commit would).
     fn hear_idle_writers(&mut self) {
-        let idle = |writer| Incoming::Marker(Marker { task: Some(writer), watermark: 0, idle: true });
+        let idle = |writer| Incoming::Marker(Marker::of(writer, 0, true));
         for slot in self.repartition_slots() {
             for writer in 0..PARTITIONS {
                 self.feed(slot, writer as i64, idle(writer));
+            }
+        }
+    }
+
+    /// As the shell does for a task whose source resumed: the member commits and
+    /// reads the markers it wrote to the repartition topics (the ask, then the
+    /// answers), every task asked answering (its source read to its end).
+    fn hear_answers(&mut self) {
+        for _ in 0..2 {
+            for (task, _) in self.core.to_verify() {
+                self.core.verified(task);
+            }
+            let markers = self.commit(&mut Broker::default());
+            for slot in self.repartition_slots() {
+                for marker in &markers {
+                    let offset = self.core.position(slot).unwrap_or(0);
+                    self.feed(slot, offset, Incoming::Marker(*marker));
+                }
             }
         }
     }
@@ -225,7 +243,7 @@ const JOIN_INPUTS: usize = 4;
 
 /// Ends every source partition (the generator's end-of-input marker) and commits.
 fn finish<S: Service>(members: &mut [&mut Member<S>], broker: &mut Broker) {
-    let end = Marker { task: None, watermark: Millis::MAX, idle: false };
+    let end = Marker::END;
     for m in members.iter_mut() {
         let sources: Vec<Slot> = all_slots(m.core.inputs().len())
             .into_iter()
@@ -556,7 +574,7 @@ fn an_idle_writer_speaks_on_the_repartition_topics_when_its_idleness_changes_its
 
     // Its input ends: its readers must hear it, idle or not.
     offset += 1;
-    router.feed((0, busy), offset, Incoming::Marker(Marker { task: None, watermark: Millis::MAX, idle: false }));
+    router.feed((0, busy), offset, Incoming::Marker(Marker::END));
     let ended = router.commit(&mut broker);
     assert_eq!(ended.iter().map(|m| m.watermark).collect::<Vec<_>>(), vec![Millis::MAX], "{ended:?}");
 }
@@ -576,21 +594,17 @@ fn an_upstream_partition_goes_by_its_slowest_writer_until_all_have_spoken() {
     let later = e.event_ts + 60_000;
     // Three of the four writers speak: the window waits for the fourth.
     for task in 0..3 {
-        analytics.feed(
-            slot,
-            1 + task as i64,
-            Incoming::Marker(Marker { task: Some(task), watermark: later, idle: false }),
-        );
+        analytics.feed(slot, 1 + task as i64, Incoming::Marker(Marker::of(task, later, false)));
     }
     assert!(analytics.pending.is_empty());
-    analytics.feed(slot, 4, Incoming::Marker(Marker { task: Some(3), watermark: later, idle: false }));
+    analytics.feed(slot, 4, Incoming::Marker(Marker::of(3, later, false)));
     assert!(!analytics.pending.is_empty(), "every writer past the window: it fires");
 }
 
 #[test]
 fn a_writer_gone_quiet_before_its_end_holds_its_readers_back_from_the_end_of_input() {
     let (mut analytics, e, slot) = analytics_with_a_site_b_event();
-    let marker = |task, watermark, idle| Incoming::Marker(Marker { task: Some(task), watermark, idle });
+    let marker = |task, watermark, idle| Incoming::Marker(Marker::of(task, watermark, idle));
     // Writer 3 goes quiet (its input held up), the others reach the end of input.
     analytics.feed(slot, 0, marker(3, e.event_ts - 1_000, true));
     for task in 0..3 {
@@ -660,24 +674,36 @@ fn payment_at(ts: i64, i: i64) -> Incoming<JoinInput> {
 fn when_a_task_resumes_its_idle_source_partitions_hold_its_watermark_again() {
     let (orders, payments) = ((0, 1), (1, 1));
     let t0 = 1_700_000_000_000;
-    // Both partitions read, then idle (the input paused); it resumes and payments are
-    // fetched first, two minutes on, while orders' records are still on their way.
+    let mut ids = (0..).filter(|i| partition_for(format!("o{i}").as_bytes(), PARTITIONS) == 1);
+    // Both partitions read (eight records in place: the task knows its input is
+    // keyed), then idle (the input paused); it resumes and payments are fetched
+    // first, two minutes on, while orders' records are still on their way.
     let mut m = Member::new(JoinEnrichService);
     m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
     m.hear_idle_writers();
-    m.feed(orders, 0, order_at(t0, 0));
-    m.feed(payments, 0, payment_at(t0, 0));
+    for slot in all_slots(2).into_iter().filter(|&(_, p)| p != 1) {
+        m.core.mark_idle(slot);
+    }
+    for offset in 0..8 {
+        m.feed(orders, offset, order_at(t0, ids.next().unwrap()));
+    }
+    m.feed(payments, 0, payment_at(t0, ids.next().unwrap()));
     m.core.mark_idle(orders);
     m.core.mark_idle(payments);
-    m.feed(payments, 1, payment_at(t0 + 120_000, 1));
-    assert_eq!(m.core.take_woken().collect::<Vec<_>>(), vec![orders], "the shell watches it for another spell");
+    // The task holds the record until its repartition writers answer (see the
+    // generation tests below), then reads it again.
+    let later = ids.next().unwrap();
+    let resumed = m.core.on_input(payments, 1, payment_at(t0 + 120_000, later)).unwrap();
+    assert_eq!(resumed, core::Routed::Held { seek: Some(1) });
+    assert_eq!(m.core.take_woken().collect::<Vec<_>>(), vec![orders, payments], "the shell watches them for a spell");
+    m.hear_answers();
+    assert_eq!(m.core.flow().resume, vec![payments]);
+    m.feed(payments, 1, payment_at(t0 + 120_000, later));
     let watermark = |m: &Member<JoinEnrichService>| {
         m.core.task_statuses().into_iter().find(|t| t.task == 1).and_then(|t| t.watermark_ms).unwrap()
     };
     assert!(watermark(&m) <= t0, "orders hold the watermark");
-    // Nothing came: orders is idle again, and payments carry the task on. (The
-    // repartition writers said they forward nothing: their input is keyed, and a
-    // source resuming does not take that back.)
+    // Nothing came: orders is idle again, and payments carry the task on.
     m.core.mark_idle(orders);
     assert!(watermark(&m) > t0 + 60_000);
 }
@@ -685,26 +711,22 @@ fn when_a_task_resumes_its_idle_source_partitions_hold_its_watermark_again() {
 #[test]
 fn a_source_resuming_does_not_hold_a_task_on_repartition_writers_that_forward_nothing() {
     let busy = (0, partition_for(b"site-b", PARTITIONS) as i32);
-    let mut router = Member::new(DeviceRouterService);
-    router.assign(&Broker::default(), &all_slots(2));
-    router.hear_idle_writers();
-    router.core.mark_idle(busy);
     // Input starts after the pause: judged by the partition's own watermark, as the
     // embedded runtime judges it, so a record two minutes behind is late at once.
     let events = one_site_devices();
     let last = events.last().expect("events").event_ts;
-    for (offset, e) in events.iter().enumerate() {
-        router.feed(busy, offset as i64, record(e.clone(), e.event_ts));
-    }
     let behind = DeviceEvent { event_ts: last - 120_000, ..events[0].clone() };
-    router.feed(busy, events.len() as i64, record(behind, last - 120_000));
-    assert!(matches!(router.pending.last(), Some(Routed::Late(_))), "{:?}", router.pending.last());
+    let log = events.iter().chain([&behind]).map(|e| record(e.clone(), e.event_ts)).collect();
+    let routed = Cluster::new(|| DeviceRouterService, 2, BTreeMap::from([(busy, log)])).paused_before_input().run(1);
+    let late: Vec<Millis> =
+        routed.iter().filter_map(|r| if let Routed::Late(l) = r { Some(l.event_ts_ms) } else { None }).collect();
+    assert_eq!(late, vec![behind.event_ts], "{} routed", routed.len());
 }
 
 #[test]
 fn when_an_idle_writer_resumes_the_other_idle_writers_hold_its_readers_until_they_repeat_it() {
     let (mut analytics, e, slot) = analytics_with_a_site_b_event();
-    let marker = |task, watermark, idle| Incoming::Marker(Marker { task: Some(task), watermark, idle });
+    let marker = |task, watermark, idle| Incoming::Marker(Marker::of(task, watermark, idle));
     let mut offset = 0;
     let mut feed = |analytics: &mut Member<DeviceAnalyticsService>, incoming| {
         analytics.feed(slot, offset, incoming);
@@ -735,7 +757,7 @@ fn when_an_idle_writer_resumes_the_other_idle_writers_hold_its_readers_until_the
 #[test]
 fn a_record_on_a_partition_whose_writers_are_all_idle_holds_them_until_they_speak() {
     let (mut analytics, e, slot) = analytics_with_a_site_b_event();
-    let marker = |task, watermark, idle| Incoming::Marker(Marker { task: Some(task), watermark, idle });
+    let marker = |task, watermark, idle| Incoming::Marker(Marker::of(task, watermark, idle));
     for task in 0..4 {
         analytics.feed(slot, task as i64, marker(task, NO_WATERMARK, true));
     }
@@ -783,7 +805,8 @@ where
     }
 
     /// Every source partition judged idle before any input came, and what the tasks
-    /// then said read by every member: a stage started a while before its input.
+    /// then said read by every member: a stage started a while before its input. Its
+    /// idle tasks' last repeat is written just before the input comes, and read after.
     fn paused_before_input(mut self) -> Self {
         let input = std::mem::take(&mut self.logs);
         for m in &mut self.members {
@@ -795,6 +818,9 @@ where
             }
         }
         self.settle(1);
+        for m in 0..self.members.len() {
+            self.commit(m, true);
+        }
         self.logs.extend(input);
         self
     }
@@ -863,6 +889,15 @@ where
                         member.pending.extend(member.core.take_outputs().map(|e| e.output));
                     }
                 }
+                // As the shell does: a task asked a generation answers it once its
+                // source partitions are read to their end.
+                for (task, slots) in self.members[m].core.to_verify() {
+                    let end = |slot| self.logs.get(&slot).map_or(0, Vec::len);
+                    if slots.iter().all(|&slot| self.next.get(&slot).copied().unwrap_or(0) >= end(slot)) {
+                        self.members[m].core.verified(task);
+                        progress = true;
+                    }
+                }
                 let flow = self.members[m].core.flow();
                 self.paused.extend(flow.pause);
                 for (slot, from) in flow.rewind {
@@ -871,24 +906,31 @@ where
                 for slot in flow.resume {
                     progress |= self.paused.remove(&slot);
                 }
-                let markers = self.members[m].commit_repeating(&mut self.broker, repeat_idle);
                 for (slot, entry) in rerouted {
                     self.logs.entry(slot).or_default().push(entry);
                 }
-                let repartitions: Vec<usize> = (0..self.members[m].core.inputs().len())
-                    .filter(|&i| self.members[m].core.inputs()[i].is_repartition())
-                    .collect();
-                for marker in markers {
-                    progress = true;
-                    for &i in &repartitions {
-                        for p in 0..PARTITIONS as i32 {
-                            self.logs.entry((i, p)).or_default().push(Incoming::Marker(marker));
-                        }
-                    }
-                }
+                progress |= self.commit(m, repeat_idle);
             }
         }
         progress.then_some(records)
+    }
+}
+
+impl<S: Service> Cluster<S> {
+    /// Member `m` commits, with `repeat_idle` as in [`Cluster::round`]; its markers go
+    /// to every partition of the repartition topics. Whether it wrote any.
+    fn commit(&mut self, m: usize, repeat_idle: bool) -> bool {
+        let markers = self.members[m].commit_repeating(&mut self.broker, repeat_idle);
+        let inputs = self.members[m].core.inputs();
+        let repartitions: Vec<usize> = (0..inputs.len()).filter(|&i| inputs[i].is_repartition()).collect();
+        for marker in &markers {
+            for &i in &repartitions {
+                for p in 0..PARTITIONS as i32 {
+                    self.logs.entry((i, p)).or_default().push(Incoming::Marker(*marker));
+                }
+            }
+        }
+        !markers.is_empty()
     }
 }
 
@@ -911,7 +953,7 @@ fn join_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<
         };
         logs.entry((input, place(n, &key))).or_default().push(record(r, ts));
     }
-    let end = Marker { task: None, watermark: Millis::MAX, idle: false };
+    let end = Marker::END;
     for slot in all_slots(2) {
         logs.entry(slot).or_default().push(Incoming::Marker(end));
     }
@@ -933,13 +975,15 @@ fn unkeyed_input_read_in_bursts_is_joined_as_keyed_input_is() {
 }
 
 #[test]
-fn keyed_input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_at_once() {
-    // (Unkeyed input after such a pause is not yet: see the README's event-time section.)
+fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_at_once() {
     let expected = join_uninterrupted();
     let home = |_: usize, key: &str| partition_for(key.as_bytes(), PARTITIONS) as i32;
+    let spread = |n: usize, _: &str| ((n * 7 + n / 3) % PARTITIONS as usize) as i32;
     for batch in [1, 5, 10_000] {
         let keyed = Cluster::new(|| JoinEnrichService, 2, join_logs(home)).paused_before_input().run(batch);
-        assert_eq!(sorted(&keyed), expected, "batches of {batch}");
+        assert_eq!(sorted(&keyed), expected, "keyed, batches of {batch}");
+        let unkeyed = Cluster::new(|| JoinEnrichService, 2, join_logs(spread)).paused_before_input().run(batch);
+        assert_eq!(sorted(&unkeyed), expected, "unkeyed, batches of {batch}");
     }
 }
 

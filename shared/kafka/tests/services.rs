@@ -191,21 +191,7 @@ fn unkeyed_or_otherwise_keyed_input_gives_the_same_output() {
     for keys in [Keying::None, Keying::Other] {
         let stack = Stack::fresh(RUN_PREFIX);
         let services = stack.spawn_all();
-        // Orders and payments keyed another way (device events by site, as their
-        // lateness is judged on their own partition).
-        let joined = stack.producer().keyed(keys);
-        let devices = stack.producer();
-        for line in MergedInput::planted(1, 7).map(Result::unwrap) {
-            let producer = match &line {
-                Line::Record(InputRecord::Device(_)) => &devices,
-                Line::Dead(d) if d.source == "devices" => &devices,
-                _ => &joined,
-            };
-            send_line(producer, &line);
-        }
-        devices.flush().unwrap();
-        joined.finish().unwrap();
-        joined.flush().unwrap();
+        send_planted_keyed(&stack, keys);
         let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
         let rerouted = services.iter().map(|s| s.metric("vigil_rerouted_records_total")).sum::<u64>();
         stop(services);
@@ -213,6 +199,46 @@ fn unkeyed_or_otherwise_keyed_input_gives_the_same_output() {
         assert_eq!(dead.len(), 4, "keyed by {keys:?}: the four planted bad lines");
         assert!(rerouted > 100, "keyed by {keys:?}: most records went through the repartition topics ({rerouted})");
     }
+}
+
+/// The planted dataset, orders and payments keyed by `keys` (device events by site,
+/// as their lateness is judged on their own partition), every input ended.
+fn send_planted_keyed(stack: &Stack, keys: Keying) {
+    let joined = stack.producer().keyed(keys);
+    let devices = stack.producer();
+    for line in MergedInput::planted(1, 7).map(Result::unwrap) {
+        let producer = match &line {
+            Line::Record(InputRecord::Device(_)) => &devices,
+            Line::Dead(d) if d.source == "devices" => &devices,
+            _ => &joined,
+        };
+        send_line(producer, &line);
+    }
+    devices.flush().unwrap();
+    joined.finish().unwrap();
+    joined.flush().unwrap();
+}
+
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn unkeyed_input_produced_after_every_partition_went_idle_gives_the_same_output() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let expected = reference(Dataset::planted(1, 7));
+    let stack = Stack::fresh(RUN_PREFIX);
+    // As a user produces a while after `docker compose up`: every source partition
+    // is judged idle first (sooner than by default, for the test's sake), and every
+    // task decides, on nothing, that its input is keyed.
+    let quick: &[(&str, &str)] = &[("VIGIL_RUNTIME_IDLE_WALL_CLOCK_MS", "3000")];
+    let services = stack.spawn_all_with(|_| quick);
+    for (stage, source_partitions) in [("join-enrich", 8), ("device-router", 4)] {
+        let service = services.iter().find(|s| s.name == stage).unwrap();
+        service.wait_for_log("partition idle:", source_partitions, Duration::from_secs(60));
+    }
+    send_planted_keyed(&stack, Keying::None);
+    let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
+    stop(services);
+    assert_same(&got, &expected, NOT_EMBEDDED);
+    assert_eq!(dead.len(), 4, "the four planted bad lines");
 }
 
 #[test]

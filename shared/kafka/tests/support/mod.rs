@@ -289,9 +289,14 @@ impl Running {
     }
 
     pub fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.log_text().contains("running service=") {
-            assert!(Instant::now() < deadline, "{} did not start:\n{}", self.name, self.log_text());
+        self.wait_for_log("running service=", 1, Duration::from_secs(60));
+    }
+
+    /// Waits until the log holds `count` lines with `needle`.
+    pub fn wait_for_log(&self, needle: &str, count: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.log_text().lines().filter(|l| l.contains(needle)).count() < count {
+            assert!(Instant::now() < deadline, "{}: no {count} lines of {needle:?}:\n{}", self.name, self.log_text());
             std::thread::sleep(Duration::from_millis(100));
         }
     }
