@@ -157,8 +157,9 @@ struct Task<O> {
     decided: bool,
     /// Records found in place in a row while undecided.
     in_place: u32,
-    /// Whether it decided on records it looked at, not because its source went idle
-    /// before any came (see [`TaskCore::ask`]).
+    /// Whether it decided on records (one off its key's partition, eight in a row in
+    /// place, or the end), not because its source went idle first (see
+    /// [`TaskCore::unvouched`]).
     evidence: bool,
     /// The latest generation asked on its repartition partition, or by itself.
     asked: u64,
@@ -562,6 +563,9 @@ impl<S: Service> TaskCore<S> {
         if self.resumes(slot, &incoming) {
             self.resume(id, slot);
         }
+        if self.inputs[input].is_source() && matches!(incoming, Incoming::Record { .. }) {
+            self.reconsider(id);
+        }
         if self.inputs[input].is_source() && (self.held.contains_key(&slot) || self.waiting(id)) {
             return Ok(self.hold(id, slot, offset, &incoming));
         }
@@ -636,13 +640,16 @@ impl<S: Service> TaskCore<S> {
         if let Placement::Off(event_ts) = placement {
             task.forwarding_until = task.forwarding_until.max(event_ts.saturating_add(forwarding_ms));
         }
-        if task.decided {
+        if task.evidence {
             return;
         }
+        // Undecided, or decided when its source went idle after fewer records.
         task.in_place += 1;
-        task.decided = placement != Placement::InPlace || task.in_place >= IN_PLACE_TO_DECIDE;
-        task.evidence = task.decided;
-        self.dirty |= task.decided;
+        if placement != Placement::InPlace || task.in_place >= IN_PLACE_TO_DECIDE {
+            task.evidence = true;
+            task.decided = true;
+            self.dirty = true;
+        }
     }
 
     /// A source record on another partition than its key's goes through the stage's
@@ -744,17 +751,9 @@ impl<S: Service> TaskCore<S> {
     /// Task `id`'s source input resumed. Its writers on the repartition topics may
     /// have had input come too, not read yet: it asks them a new generation, and
     /// holds its source records until each has answered it (see `markers`), so
-    /// none forwards records older than the watermark it then goes by. A task that
-    /// decided how its input is keyed only because its source went idle first looks
-    /// at that input again, as at a first start.
+    /// none forwards records older than the watermark it then goes by.
     fn ask(&mut self, id: i32) {
         let task = self.tasks.get_mut(&id).expect("a listed task");
-        if !task.evidence {
-            task.decided = false;
-            task.in_place = 0;
-            // What it decides is news, wherever its source watermark then is.
-            task.sent_source_watermark = NO_WATERMARK;
-        }
         task.asked += 1;
         let generation = task.asked;
         let slots: Vec<Slot> = self.slots_of(id).filter(|&(i, _)| self.inputs[i].is_repartition()).collect();
@@ -766,39 +765,61 @@ impl<S: Service> TaskCore<S> {
         self.dirty = true;
     }
 
-    /// Whether every source partition of task `id` is idle: it knows of no input of
-    /// its own to forward, and only the broker can say none is on its way.
-    fn sources_idle(&self, id: i32) -> bool {
-        self.slots_of(id)
-            .filter_map(|(i, p)| self.clocks[i].as_ref().map(|c| c.partition_watermark(p as usize)))
-            .all(|w| w.is_none())
+    /// A source record for task `id`: if it decided how its input is keyed only
+    /// because its source went idle before any record came, it looks at that input
+    /// again, as at a first start (saying "no watermark", which holds its readers).
+    /// (One that looked at a few records first keeps its decision, or records looked
+    /// at, rewound and read again would undo it at every idle timeout; it counts on
+    /// towards evidence.)
+    fn reconsider(&mut self, id: i32) {
+        let task = self.tasks.get_mut(&id).expect("a listed task");
+        if task.decided && !task.evidence && task.in_place == 0 {
+            task.decided = false;
+            task.in_place = 0;
+            // What it decides is news, wherever its source watermark then is.
+            task.sent_source_watermark = NO_WATERMARK;
+            self.dirty = true;
+        }
     }
 
-    /// The generation task `id` answers now: the latest asked, if it has source input
-    /// of its own (its markers then bound what it forwards); else the latest the
-    /// broker has confirmed ([`TaskCore::verified`]).
+    /// The source partitions whose silence task `id` cannot vouch for without the
+    /// broker: every one, while it claims without evidence that it forwards nothing;
+    /// else the idle ones, where nothing bounds what may still come.
+    fn unvouched(&self, id: i32) -> impl Iterator<Item = Slot> + '_ {
+        let task = &self.tasks[&id];
+        let all = task.decided && !task.evidence;
+        self.slots_of(id).filter(move |&(i, p)| {
+            self.clocks[i].as_ref().is_some_and(|c| all || c.partition_watermark(p as usize).is_none())
+        })
+    }
+
+    /// The generation task `id` answers now: the latest asked, if it can vouch for
+    /// all its source partitions (its markers then bound what it forwards); else the
+    /// latest the broker has confirmed ([`TaskCore::verified`]).
     fn answer(&self, id: i32) -> u64 {
         let task = &self.tasks[&id];
-        if self.sources_idle(id) {
+        if self.unvouched(id).next().is_some() {
             task.answered
         } else {
             task.asked
         }
     }
 
-    /// Tasks asked a generation they cannot answer without the broker, with their
-    /// source partitions: the shell calls [`TaskCore::verified`] for each once the
-    /// broker says those are read to their end.
+    /// Tasks asked a generation they cannot answer without the broker, with the
+    /// source partitions it must say are read to their end: the shell calls
+    /// [`TaskCore::verified`] for each once it does.
     pub fn to_verify(&self) -> Vec<(i32, Vec<Slot>)> {
         self.tasks
             .iter()
-            .filter(|&(&id, t)| t.asked > t.answered && self.sources_idle(id))
-            .map(|(&id, _)| (id, self.slots_of(id).filter(|&(i, _)| self.inputs[i].is_source()).collect()))
+            .filter(|(_, t)| t.asked > t.answered)
+            .map(|(&id, _)| (id, self.unvouched(id).collect::<Vec<Slot>>()))
+            .filter(|(_, slots)| !slots.is_empty())
             .collect()
     }
 
-    /// The broker says task `id`'s source partitions are read to their end, since it
-    /// read the generation it was last asked: it answers that.
+    /// The broker says task `id`'s partitions listed by [`TaskCore::to_verify`] are
+    /// read to their end, since it read the generation it was last asked: it
+    /// answers that.
     pub fn verified(&mut self, id: i32) {
         let task = self.tasks.get_mut(&id).expect("a listed task");
         if task.answered < task.asked {
@@ -839,13 +860,7 @@ impl<S: Service> TaskCore<S> {
         let changed = match (&mut self.clocks[input], &mut self.upstream[input]) {
             (Some(clock), _) => {
                 if let Some(task) = self.tasks.get_mut(&self.parallelism.task_of(p)) {
-                    if !task.decided {
-                        task.decided = true;
-                        // Records looked at in place are some evidence; and looking
-                        // at them again, once rewound, must not undo the decision.
-                        task.evidence = task.in_place > 0;
-                        self.dirty = true;
-                    }
+                    self.dirty |= !std::mem::replace(&mut task.decided, true);
                 }
                 clock.mark_idle(p as usize, true)
             }

@@ -26,8 +26,9 @@
 //! after, says nothing of that input. So a task whose source input resumes asks
 //! its writers a new generation (a fourth header on its markers), and holds its
 //! source records until every writer has answered it. A writer answers at once if
-//! it has source input of its own (its watermark bounds what it forwards), else once
-//! the broker says its source partitions are read to their end.
+//! its markers bound what it forwards (none of its source partitions is idle, and
+//! it knows from records how its input is keyed), else once the broker says its
+//! source partitions are read to their end.
 //!
 //! Whoever produces the input topics (the generator, after a dataset) may write a
 //! marker without a task header to say a partition has ended: its watermark is then

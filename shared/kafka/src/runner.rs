@@ -870,10 +870,11 @@ impl<S: Service> Runner<S> {
         self.repeat_idle = Some(read_to_end);
     }
 
-    /// A task asked a generation while its source partitions are all idle answers
-    /// it once the broker says they are read to their end (see `markers`): asked
-    /// after the ask was read, the broker's end covers every record produced before
-    /// the reader that asked resumed. (Unlike marking a partition idle, it need not
+    /// A task asked a generation that it cannot vouch for on its own (see
+    /// `TaskCore::to_verify`) answers it once the broker says the partitions listed
+    /// are read to their end (see `markers`): asked after the ask was read, the
+    /// broker's end covers every record produced before the reader that asked
+    /// resumed. (Unlike marking a partition idle, it need not
     /// wait for the member to drain its fetches: records fetched and not yet
     /// processed are unread by the consumer's position too.)
     fn answer_asks(&mut self) {

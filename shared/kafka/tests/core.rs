@@ -690,8 +690,8 @@ fn when_a_task_resumes_its_idle_source_partitions_hold_its_watermark_again() {
     m.feed(payments, 0, payment_at(t0, ids.next().unwrap()));
     m.core.mark_idle(orders);
     m.core.mark_idle(payments);
-    // The task holds the record until its repartition writers answer (see the
-    // generation tests below), then reads it again.
+    // The task holds the record until its repartition writers answer (see the next
+    // test), then reads it again.
     let later = ids.next().unwrap();
     let resumed = m.core.on_input(payments, 1, payment_at(t0 + 120_000, later)).unwrap();
     assert_eq!(resumed, core::Routed::Held { seek: Some(1) });
@@ -706,6 +706,40 @@ fn when_a_task_resumes_its_idle_source_partitions_hold_its_watermark_again() {
     // Nothing came: orders is idle again, and payments carry the task on.
     m.core.mark_idle(orders);
     assert!(watermark(&m) > t0 + 60_000);
+}
+
+#[test]
+fn a_writer_that_decided_on_too_few_records_answers_a_resumed_task_once_the_broker_says_it_read_them() {
+    let t0 = 1_700_000_000_000;
+    let home = |p: i32| (0..).find(|i| partition_for(format!("o{i}").as_bytes(), PARTITIONS) == p as u32).unwrap();
+    let mut m = Member::new(JoinEnrichService);
+    m.assign(&Broker::default(), &all_slots(JOIN_INPUTS));
+    m.hear_idle_writers();
+    // Task 2 looks at one order in place, then its partitions go idle: it decides
+    // that it forwards nothing on too little to vouch for it. Every other task
+    // decides so on nothing.
+    m.feed((0, 2), 0, order_at(t0, home(2)));
+    for slot in all_slots(2) {
+        m.core.mark_idle(slot);
+    }
+    m.hear_answers();
+    // Task 1's payments resume: it asks.
+    assert!(matches!(m.core.on_input((1, 1), 0, payment_at(t0, home(1))).unwrap(), core::Routed::Held { .. }));
+    let markers = m.commit(&mut Broker::default());
+    let ask = markers.iter().find(|k| k.task == Some(1)).expect("task 1 asks").generation;
+    for (offset, marker) in markers.iter().enumerate() {
+        for slot in m.repartition_slots() {
+            m.feed(slot, 100 + offset as i64, Incoming::Marker(*marker));
+        }
+    }
+    let verify = m.core.to_verify();
+    assert!(verify.contains(&(2, vec![(0, 2), (1, 2)])), "task 2's source partitions need the broker: {verify:?}");
+    let answer = |markers: &[Marker], task| markers.iter().find(|k| k.task == Some(task)).map(|k| k.generation);
+    let before = m.commit(&mut Broker::default());
+    assert!(answer(&before, 2).is_none_or(|g| g < ask), "task 2 answers nothing yet: {before:?}");
+    m.core.verified(2);
+    let after = m.commit(&mut Broker::default());
+    assert_eq!(answer(&after, 2), Some(ask));
 }
 
 #[test]
