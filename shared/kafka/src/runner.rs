@@ -874,9 +874,9 @@ impl<S: Service> Runner<S> {
     /// `TaskCore::to_verify`) answers it once the broker says the partitions listed
     /// are read to their end (see `markers`): asked after the ask was read, the
     /// broker's end covers every record produced before the reader that asked
-    /// resumed. (Unlike marking a partition idle, it need not
-    /// wait for the member to drain its fetches: records fetched and not yet
-    /// processed are unread by the consumer's position too.)
+    /// resumed. Unlike marking a partition idle, this need not wait for the member
+    /// to drain its fetches: records fetched and not yet processed are unread by the
+    /// consumer's position too.
     fn answer_asks(&mut self) {
         let tasks = self.core.to_verify();
         if tasks.is_empty() {
