@@ -727,10 +727,13 @@ impl<S: Service> TaskCore<S> {
     /// come, and taking it back when a source resumes would judge correctly keyed
     /// input otherwise than the embedded runtime does.
     ///
-    /// A source resuming also asks the task's repartition writers a new generation
-    /// ([`TaskCore::ask`]).
+    /// Resuming on a source or repartition partition also asks the task's
+    /// repartition writers a new generation ([`TaskCore::ask`]): a task whose keys
+    /// come only through the repartition topics (its own partitions get no records)
+    /// must not be released by an idle writer's repeat written before that writer's
+    /// input came.
     fn resume(&mut self, id: i32, from: Slot) {
-        if self.inputs[from.0].is_source() && self.inputs.iter().any(Input::is_repartition) {
+        if !matches!(self.inputs[from.0].kind, InputKind::Upstream) && self.inputs.iter().any(Input::is_repartition) {
             self.ask(id);
         }
         let slots: Vec<Slot> = self.slots_of(id).collect();

@@ -739,7 +739,7 @@ fn a_writer_that_decided_on_too_few_records_answers_a_resumed_task_once_the_brok
     assert!(answer(&before, 2).is_none_or(|g| g < ask), "task 2 answers nothing yet: {before:?}");
     m.core.verified(2);
     let after = m.commit(&mut Broker::default());
-    assert_eq!(answer(&after, 2), Some(ask));
+    assert!(answer(&after, 2).is_some_and(|g| g >= ask), "task 2 answers it: {after:?}");
 }
 
 #[test]
@@ -1018,6 +1018,11 @@ fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_
         assert_eq!(sorted(&keyed), expected, "keyed, batches of {batch}");
         let unkeyed = Cluster::new(|| JoinEnrichService, 2, join_logs(spread)).paused_before_input().run(batch);
         assert_eq!(sorted(&unkeyed), expected, "unkeyed, batches of {batch}");
+        // A producer's sticky partitioner may leave a partition without records: its
+        // task gets its keys only through the repartition topics.
+        let sparse = |n: usize, _: &str| 1 + (n % 3) as i32;
+        let unkeyed = Cluster::new(|| JoinEnrichService, 2, join_logs(sparse)).paused_before_input().run(batch);
+        assert_eq!(sorted(&unkeyed), expected, "unkeyed, partition 0 empty, batches of {batch}");
     }
 }
 
