@@ -700,11 +700,16 @@ impl<S: Service> TaskCore<S> {
     }
 
     /// Whether a message says input resumed on a partition its task left out as
-    /// idle: a record there, or an idle writer saying it is not.
+    /// idle: a record there, its end (a producer ending its input after a pause: the
+    /// records it produced before that may still be on their way through the
+    /// repartition topics, and the end must not carry the task past them), or an
+    /// idle writer saying it is not.
     fn resumes(&self, (input, p): Slot, incoming: &Incoming<<S::Op as Operator>::In>) -> bool {
         let p = p as usize;
         match (incoming, &self.clocks[input], &self.upstream[input]) {
-            (Incoming::Record { .. }, Some(clock), _) => clock.partition_watermark(p).is_none(),
+            (Incoming::Record { .. } | Incoming::Marker(Marker { task: None, .. }), Some(clock), _) => {
+                clock.partition_watermark(p).is_none()
+            }
             (Incoming::Record { .. }, _, Some(u)) => u.watermark(p).is_none(),
             (Incoming::Marker(Marker { task: Some(writer), idle: false, .. }), _, Some(u)) => u.is_idle(p, *writer),
             _ => false,
