@@ -32,7 +32,10 @@
 //!
 //! Whoever produces the input topics (the generator, after a dataset) may write a
 //! marker without a task header to say a partition has ended: its watermark is then
-//! the end of time and every window fires, as a bounded source does in Flink.
+//! the end of time and every window fires, as a bounded source does in Flink. On a
+//! partition left out as idle, that end counts as its input resuming (see
+//! `TaskCore::resumes`): it must not carry its task past records still on their
+//! way to it through the repartition topics.
 
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use serde::{Deserialize, Serialize};
