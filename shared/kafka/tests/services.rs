@@ -314,3 +314,31 @@ fn an_input_record_the_broker_never_takes_fails_the_producer_when_it_flushes() {
     };
     assert!(error.contains("partition"), "the error names what was wrong: {error}");
 }
+
+/// A producer's Kafka client replaced mid-stream, as one that stalls is (librdkafka
+/// can lose a partition's leader over a broker restart), sends every record once:
+/// those the old client had not sent yet go with the new one, in their order.
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn an_input_producer_whose_client_is_replaced_mid_stream_sends_every_record_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let expected = reference(Dataset::planted(1, 7));
+    let stack = Stack::fresh(RUN_PREFIX);
+    let services = stack.spawn_all();
+    let producer = stack.producer();
+    let lines: Vec<Line> = MergedInput::planted(1, 7).map(Result::unwrap).collect();
+    let mut carried = 0;
+    for chunk in lines.chunks(lines.len() / 3 + 1) {
+        chunk.iter().for_each(|line| send_line(&producer, line));
+        carried += producer.restart().unwrap();
+    }
+    producer.finish().unwrap();
+    producer.flush().unwrap();
+    let end_markers = 3 * vigil_model::Config::default().runtime.partitions as i64;
+    let records = producer.records_in_inputs().unwrap();
+    assert_eq!(records, lines.len() as i64 + end_markers, "every record once ({carried} carried over)");
+    let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
+    stop(services);
+    assert_same(&got, &expected, NOT_EMBEDDED);
+    assert_eq!(dead.len(), 4, "the four planted bad lines");
+}
