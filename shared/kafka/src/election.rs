@@ -7,16 +7,22 @@
 //!
 //! The sticky cooperative assignor keeps the partition where it is when members join,
 //! so a new taskmanager does not take the lead from a healthy one.
+//!
+//! A member can also be left standing by with nobody leading: after a broker crash,
+//! a chaos run saw payment-metrics' only member lose its session and never get the
+//! partition back (its client's requests to the broker timed out for good). So a
+//! member that has stood by, with no other member in its election group, for
+//! `ALONE_PATIENCE` joins afresh with a new client.
 
 use crate::connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::topics::LEADERSHIP;
 
@@ -49,10 +55,21 @@ impl ConsumerContext for LeaseContext {
     }
 }
 
+/// How long a member may stand by alone in its election group before it joins afresh.
+const ALONE_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a member standing by asks the broker who else is in its election group.
+const ALONE_CHECK: Duration = Duration::from_secs(5);
+
 /// A member's place in its stage's election.
 pub struct Leadership {
     consumer: BaseConsumer<LeaseContext>,
     held: Arc<AtomicBool>,
+    group: String,
+    member: String,
+    /// Since when the broker has listed no other member in the election group while
+    /// this one stood by.
+    alone_since: Option<Instant>,
+    next_check: Instant,
 }
 
 impl Leadership {
@@ -71,7 +88,45 @@ impl Leadership {
             .context("cannot create the leadership consumer")?;
         consumer.subscribe(&[LEADERSHIP]).context("cannot join the leadership group")?;
         info!(group, member, "joined the election");
-        Ok(Leadership { consumer, held })
+        Ok(Leadership {
+            consumer,
+            held,
+            group: election_group(group),
+            member: member.to_string(),
+            alone_since: None,
+            next_check: Instant::now() + ALONE_CHECK,
+        })
+    }
+
+    /// Whether this member, standing by, has been alone in its election group for
+    /// `ALONE_PATIENCE`: nobody leads, and its client should be replaced. Asks the
+    /// broker every `ALONE_CHECK`; a broker that does not answer says nothing.
+    pub fn stranded(&mut self) -> bool {
+        if self.held.load(Ordering::SeqCst) {
+            self.alone_since = None;
+            return false;
+        }
+        if Instant::now() < self.next_check {
+            return false;
+        }
+        self.next_check = Instant::now() + ALONE_CHECK;
+        let others = self.consumer.fetch_group_list(Some(&self.group), Duration::from_secs(5)).map(|list| {
+            list.groups().iter().flat_map(|g| g.members()).filter(|m| m.client_id() != self.member).count()
+        });
+        match others {
+            Ok(0) => {
+                let since = *self.alone_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < ALONE_PATIENCE {
+                    return false;
+                }
+                warn!(group = %self.group, "standing by alone in the election: joining it afresh with a new client");
+                true
+            }
+            _ => {
+                self.alone_since = None;
+                false
+            }
+        }
     }
 
     /// Whether this member leads now. Call it often: it also serves the group's

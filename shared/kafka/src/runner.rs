@@ -294,16 +294,17 @@ impl<S: Service> Runner<S> {
                 self.process(shutdown, None)?;
             }
             Parallelism::Global => {
-                let election = election.insert(Leadership::join(
-                    &self.settings.bootstrap_servers,
-                    &self.settings.group_id,
-                    &self.settings.member,
-                )?);
+                let election = election.insert(self.join_election()?);
                 self.set_role(Role::Standby);
                 self.log_running();
                 while !shutdown.load(Ordering::SeqCst) {
                     self.beat.beat();
                     if !election.leads() {
+                        if election.stranded() {
+                            // Its client may hang closing, as a failed member's can.
+                            let stranded = std::mem::replace(election, self.join_election()?);
+                            std::thread::spawn(move || drop(stranded));
+                        }
                         std::thread::sleep(Duration::from_millis(100));
                         continue;
                     }
@@ -328,6 +329,10 @@ impl<S: Service> Runner<S> {
         self.consumer.unsubscribe();
         info!(service = self.name(), "stopped cleanly");
         Ok(())
+    }
+
+    fn join_election(&self) -> Result<Leadership> {
+        Leadership::join(&self.settings.bootstrap_servers, &self.settings.group_id, &self.settings.member)
     }
 
     fn log_running(&self) {
