@@ -15,6 +15,7 @@
 //! `ALONE_PATIENCE` joins afresh with a new client.
 
 use crate::connection;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,9 +67,7 @@ pub struct Leadership {
     held: Arc<AtomicBool>,
     group: String,
     member: String,
-    /// Since when the broker has listed no other member in the election group while
-    /// this one stood by.
-    alone_since: Option<Instant>,
+    solitude: Cell<Solitude>,
     next_check: Instant,
 }
 
@@ -93,7 +92,7 @@ impl Leadership {
             held,
             group: election_group(group),
             member: member.to_string(),
-            alone_since: None,
+            solitude: Cell::default(),
             next_check: Instant::now() + ALONE_CHECK,
         })
     }
@@ -102,37 +101,70 @@ impl Leadership {
     /// `ALONE_PATIENCE`: nobody leads, and its client should be replaced. Asks the
     /// broker every `ALONE_CHECK`; a broker that does not answer says nothing.
     pub fn stranded(&mut self) -> bool {
-        if self.held.load(Ordering::SeqCst) {
-            self.alone_since = None;
-            return false;
-        }
-        if Instant::now() < self.next_check {
+        if self.leads() || Instant::now() < self.next_check {
             return false;
         }
         self.next_check = Instant::now() + ALONE_CHECK;
-        let others = self.consumer.fetch_group_list(Some(&self.group), Duration::from_secs(5)).map(|list| {
+        let others = self.consumer.fetch_group_list(Some(&self.group), Duration::from_secs(5)).ok().map(|list| {
             list.groups().iter().flat_map(|g| g.members()).filter(|m| m.client_id() != self.member).count()
         });
-        match others {
-            Ok(0) => {
-                let since = *self.alone_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < ALONE_PATIENCE {
-                    return false;
-                }
-                warn!(group = %self.group, "standing by alone in the election: joining it afresh with a new client");
-                true
-            }
-            _ => {
-                self.alone_since = None;
-                false
-            }
+        let mut solitude = self.solitude.get();
+        let stranded = solitude.heard(others, Instant::now());
+        self.solitude.set(solitude);
+        if stranded {
+            warn!(group = %self.group, "standing by alone in the election: joining it afresh with a new client");
         }
+        stranded
     }
 
     /// Whether this member leads now. Call it often: it also serves the group's
     /// callbacks (no record is ever written to the topic, so none is returned).
     pub fn leads(&self) -> bool {
         let _ = self.consumer.poll(Duration::ZERO);
-        self.held.load(Ordering::SeqCst)
+        let held = self.held.load(Ordering::SeqCst);
+        if held {
+            self.solitude.set(Solitude::default());
+        }
+        held
+    }
+}
+
+/// How long a member standing by has been alone in its election group.
+#[derive(Debug, Default, Clone, Copy)]
+struct Solitude {
+    since: Option<Instant>,
+}
+
+impl Solitude {
+    /// What the broker said at `now` (how many other members the group has; `None`:
+    /// no answer, which says nothing): whether the member has now been alone for
+    /// `ALONE_PATIENCE`.
+    fn heard(&mut self, others: Option<usize>, now: Instant) -> bool {
+        match others {
+            Some(0) => now.duration_since(*self.since.get_or_insert(now)) >= ALONE_PATIENCE,
+            _ => {
+                self.since = None;
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_is_stranded_only_once_alone_for_the_whole_patience() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut solitude = Solitude::default();
+        assert!(!solitude.heard(Some(0), at(0)));
+        assert!(!solitude.heard(None, at(20)), "a broker that does not answer says nothing");
+        assert!(!solitude.heard(Some(0), at(25)));
+        assert!(!solitude.heard(Some(0), at(50)), "alone 25 s, counted from the last silence");
+        assert!(solitude.heard(Some(0), at(55)));
+        assert!(!solitude.heard(Some(1), at(60)), "another member may lead");
+        assert!(!solitude.heard(Some(0), at(61)));
     }
 }
