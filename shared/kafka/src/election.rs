@@ -99,7 +99,7 @@ impl Leadership {
 
     /// Whether this member, standing by, has been alone in its election group for
     /// `ALONE_PATIENCE`: nobody leads, and its client should be replaced. Asks the
-    /// broker every `ALONE_CHECK`; a broker that does not answer says nothing.
+    /// broker every `ALONE_CHECK`.
     pub fn stranded(&mut self) -> bool {
         if self.leads() || Instant::now() < self.next_check {
             return false;
@@ -137,8 +137,8 @@ struct Solitude {
 
 impl Solitude {
     /// What the broker said at `now` (how many other members the group has; `None`:
-    /// no answer, which says nothing): whether the member has now been alone for
-    /// `ALONE_PATIENCE`.
+    /// no answer, which starts the count over, as a new client would not reach it
+    /// either): whether the member has now been alone for `ALONE_PATIENCE`.
     fn heard(&mut self, others: Option<usize>, now: Instant) -> bool {
         match others {
             Some(0) => now.duration_since(*self.since.get_or_insert(now)) >= ALONE_PATIENCE,
@@ -160,7 +160,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut solitude = Solitude::default();
         assert!(!solitude.heard(Some(0), at(0)));
-        assert!(!solitude.heard(None, at(20)), "a broker that does not answer says nothing");
+        assert!(!solitude.heard(None, at(20)), "a broker that does not answer starts the count over");
         assert!(!solitude.heard(Some(0), at(25)));
         assert!(!solitude.heard(Some(0), at(50)), "alone 25 s, counted from the last silence");
         assert!(solitude.heard(Some(0), at(55)));
