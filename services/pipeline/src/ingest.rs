@@ -11,8 +11,9 @@
 //! (`ReadAhead`): parsing is about a third of the pipeline's work, and with a second
 //! core it no longer holds up the thread that processes. The order is the same.
 
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, Read};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
@@ -36,83 +37,163 @@ pub enum Line {
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 const DEAD_LINE_PREFIX: usize = 1 << 10;
 
-/// What a line source put in the line buffer: a whole line, or the start of one
-/// longer than [`MAX_LINE_BYTES`].
-enum RawLine {
-    Whole,
-    TooLong { bytes: u64 },
+/// Bytes read from a file at a time.
+const CHUNK_BYTES: usize = 1 << 16;
+
+/// One line as a line source found it, without its newline.
+enum RawLine<'a> {
+    /// Known to be valid UTF-8.
+    Text(&'a str),
+    /// Not checked yet.
+    Bytes(&'a [u8]),
+    /// Longer than [`MAX_LINE_BYTES`]: its first bytes, and how many it had.
+    TooLong { prefix: &'a [u8], bytes: u64 },
 }
 
-/// Lines read into one buffer, reused line after line: reading a line allocates
-/// nothing once the buffer has grown to the longest line.
+/// Where a stream's lines come from. Each call hands the lines it has ready to
+/// `each`, in order, and says whether more may follow.
 trait LineSource {
-    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>>;
+    fn next_lines(&mut self, each: &mut dyn FnMut(RawLine<'_>)) -> io::Result<More>;
 }
 
-/// Lines of a reader, none held beyond [`MAX_LINE_BYTES`].
-struct BoundedLines<R>(R);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum More {
+    Yes,
+    No,
+}
 
-impl<R: BufRead> LineSource for BoundedLines<R> {
-    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>> {
-        line.clear();
-        let mut bytes = 0u64;
-        let mut seen_any = false;
-        loop {
-            let buf = match self.0.fill_buf() {
-                Ok(buf) => buf,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Some(Err(e)),
-            };
-            if buf.is_empty() {
-                if !seen_any {
-                    return None;
-                }
-                break;
-            }
-            seen_any = true;
-            let newline = memchr::memchr(b'\n', buf);
-            let chunk = &buf[..newline.unwrap_or(buf.len())];
-            let room = (MAX_LINE_BYTES + 1).saturating_sub(line.len());
-            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            bytes += chunk.len() as u64;
-            let used = chunk.len() + usize::from(newline.is_some());
-            self.0.consume(used);
-            if newline.is_some() {
-                break;
-            }
+/// Lines of a reader, a chunk at a time. A chunk's whole lines are checked for UTF-8
+/// in one pass (cheaper than line by line; a chunk that fails is checked line by
+/// line, so each bad line is named), then parsed where they lie, without a copy.
+struct ChunkedLines<R> {
+    reader: R,
+    /// At most `MAX_LINE_BYTES + 1` long, so a line it holds with its newline is
+    /// within the limit.
+    buf: Vec<u8>,
+    /// `buf[start..end]` is read and not yet handed out; its first `searched` bytes
+    /// hold no newline (a long line arriving in small reads is searched once).
+    start: usize,
+    end: usize,
+    searched: usize,
+    at_end: bool,
+}
+
+impl<R: Read> ChunkedLines<R> {
+    fn new(reader: R) -> Self {
+        ChunkedLines { reader, buf: vec![0; CHUNK_BYTES], start: 0, end: 0, searched: 0, at_end: false }
+    }
+
+    /// Reads more after what is pending, first moving it to the front, or growing
+    /// the buffer when it already fills it (a line longer than a chunk).
+    fn read_more(&mut self) -> io::Result<()> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        } else if self.end == self.buf.len() {
+            self.buf.resize((2 * self.buf.len()).min(MAX_LINE_BYTES + 1), 0);
         }
-        Some(Ok(if line.len() > MAX_LINE_BYTES {
-            line.truncate(DEAD_LINE_PREFIX);
-            RawLine::TooLong { bytes }
-        } else {
-            RawLine::Whole
-        }))
+        loop {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.at_end = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            return Ok(());
+        }
+    }
+
+    /// Reads past the rest of a line over [`MAX_LINE_BYTES`] whose first `bytes`
+    /// were read and dropped; the line's length.
+    fn skip_rest_of_line(&mut self, mut bytes: u64) -> io::Result<u64> {
+        loop {
+            if let Some(newline) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                self.start += newline + 1;
+                return Ok(bytes + newline as u64);
+            }
+            bytes += (self.end - self.start) as u64;
+            self.start = self.end;
+            if self.at_end {
+                return Ok(bytes);
+            }
+            self.read_more()?;
+        }
     }
 }
 
-/// Lines already in memory (the built-in planted dataset).
+impl<R: Read> LineSource for ChunkedLines<R> {
+    fn next_lines(&mut self, each: &mut dyn FnMut(RawLine<'_>)) -> io::Result<More> {
+        loop {
+            let pending = &self.buf[self.start..self.end];
+            if let Some(last_newline) = memchr::memrchr(b'\n', &pending[self.searched..]) {
+                let whole = &pending[..self.searched + last_newline];
+                match std::str::from_utf8(whole) {
+                    Ok(text) => {
+                        // `memchr`'s search, not `str::split`'s: several times faster.
+                        let mut from = 0;
+                        for newline in memchr::memchr_iter(b'\n', whole).chain([whole.len()]) {
+                            each(RawLine::Text(&text[from..newline]));
+                            from = newline + 1;
+                        }
+                    }
+                    Err(_) => whole.split(|&b| b == b'\n').for_each(|line| each(RawLine::Bytes(line))),
+                }
+                self.start += whole.len() + 1;
+                self.searched = 0;
+                return Ok(More::Yes);
+            }
+            self.searched = pending.len();
+            if pending.len() > MAX_LINE_BYTES {
+                let prefix = pending[..DEAD_LINE_PREFIX].to_vec();
+                let read = pending.len() as u64;
+                self.start = self.end;
+                self.searched = 0;
+                let bytes = self.skip_rest_of_line(read)?;
+                each(RawLine::TooLong { prefix: &prefix, bytes });
+                return Ok(More::Yes);
+            }
+            if self.at_end {
+                // The last line needs no newline.
+                if !pending.is_empty() {
+                    each(RawLine::Bytes(pending));
+                }
+                self.start = self.end;
+                return Ok(More::No);
+            }
+            self.read_more()?;
+        }
+    }
+}
+
+/// Lines already in memory (the built-in planted dataset), one per call.
 struct StringLines<I>(I);
 
 impl<I: Iterator<Item = String>> LineSource for StringLines<I> {
-    fn next_into(&mut self, line: &mut Vec<u8>) -> Option<io::Result<RawLine>> {
-        let next = self.0.next()?;
-        line.clear();
-        line.extend_from_slice(next.as_bytes());
-        Some(Ok(RawLine::Whole))
+    fn next_lines(&mut self, each: &mut dyn FnMut(RawLine<'_>)) -> io::Result<More> {
+        Ok(match self.0.next() {
+            Some(line) => {
+                each(RawLine::Text(&line));
+                More::Yes
+            }
+            None => More::No,
+        })
     }
 }
 
 pub struct StreamReader {
     source: Source,
     lines: Box<dyn LineSource>,
-    line: Vec<u8>,
     line_number: u64,
+    /// Lines parsed and not yet taken, and whether the source may have more.
+    ready: VecDeque<io::Result<Line>>,
+    more: More,
 }
 
 impl StreamReader {
     /// NDJSON lines of a reader (a file's content, say).
-    pub fn from_reader(source: Source, reader: impl BufRead + 'static) -> Self {
-        Self::of(source, Box::new(BoundedLines(reader)))
+    pub fn from_reader(source: Source, reader: impl Read + 'static) -> Self {
+        Self::of(source, Box::new(ChunkedLines::new(reader)))
     }
 
     pub fn from_lines(source: Source, lines: impl IntoIterator<Item = String> + 'static) -> Self {
@@ -120,50 +201,81 @@ impl StreamReader {
     }
 
     fn of(source: Source, lines: Box<dyn LineSource>) -> Self {
-        StreamReader { source, lines, line: Vec::new(), line_number: 0 }
+        StreamReader { source, lines, line_number: 0, ready: VecDeque::new(), more: More::Yes }
     }
 
     /// The next non-blank line, parsed.
     pub fn next_line(&mut self) -> Option<io::Result<Line>> {
-        loop {
-            let raw = match self.lines.next_into(&mut self.line)? {
-                Ok(raw) => raw,
-                Err(e) => return Some(Err(e)),
-            };
-            self.line_number += 1;
-            let dead = |reason: String, line: String| DeadLetter {
-                record_type: RecordType::DeadLetter,
-                source: self.source.name().to_string(),
-                line_number: self.line_number,
-                reason,
-                line,
-            };
-            if let RawLine::TooLong { bytes } = raw {
-                let reason = format!(
-                    "line is {bytes} bytes, over the limit of {MAX_LINE_BYTES}; only its first {DEAD_LINE_PREFIX} are kept here"
-                );
-                return Some(Ok(Line::Dead(dead(reason, String::from_utf8_lossy(&self.line).into()))));
-            }
-            let raw = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
-            if raw.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return Some(Ok(match std::str::from_utf8(raw) {
-                Err(e) => {
-                    Line::Dead(dead(format!("line is not valid UTF-8: {e}"), String::from_utf8_lossy(raw).into()))
-                }
-                Ok(text) => match parse_line(self.source, text) {
-                    Ok(record) => Line::Record(record),
-                    Err(reason) => Line::Dead(dead(reason.0, text.to_string())),
-                },
-            }));
+        while self.ready.is_empty() && self.more == More::Yes {
+            let mut ready = std::mem::take(&mut self.ready);
+            self.parse_next(|line| ready.push_back(line));
+            self.ready = ready;
         }
+        self.ready.pop_front()
+    }
+
+    /// Parses the lines the source has ready into `out`, skipping blank ones; a read
+    /// error goes in last, and ends the stream.
+    fn parse_next(&mut self, mut out: impl FnMut(io::Result<Line>)) {
+        let (source, line_number) = (self.source, &mut self.line_number);
+        let read = self.lines.next_lines(&mut |raw| {
+            *line_number += 1;
+            if let Some(line) = parse(source, *line_number, raw) {
+                out(Ok(line));
+            }
+        });
+        self.more = match read {
+            Ok(more) => more,
+            Err(e) => {
+                out(Err(e));
+                More::No
+            }
+        };
     }
 }
 
-/// Lines a read-ahead thread parses before handing them over, and batches it may
-/// have ready: a few thousand lines in flight per stream.
-const BATCH_LINES: usize = 512;
+/// One raw line as a record or a dead letter; `None` if it is blank.
+fn parse(source: Source, line_number: u64, raw: RawLine<'_>) -> Option<Line> {
+    let dead = |reason: String, line: String| {
+        Line::Dead(DeadLetter {
+            record_type: RecordType::DeadLetter,
+            source: source.name().to_string(),
+            line_number,
+            reason,
+            line,
+        })
+    };
+    let text = match raw {
+        RawLine::TooLong { prefix, bytes } => {
+            let reason = format!(
+                "line is {bytes} bytes, over the limit of {MAX_LINE_BYTES}; only its first {DEAD_LINE_PREFIX} are kept here"
+            );
+            return Some(dead(reason, String::from_utf8_lossy(prefix).into()));
+        }
+        RawLine::Text(text) => text.strip_suffix('\r').unwrap_or(text),
+        RawLine::Bytes(bytes) => {
+            let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+            match std::str::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(e) => {
+                    return Some(dead(format!("line is not valid UTF-8: {e}"), String::from_utf8_lossy(bytes).into()))
+                }
+            }
+        }
+    };
+    if text.bytes().all(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    Some(match parse_line(source, text) {
+        Ok(record) => Line::Record(record),
+        Err(reason) => dead(reason.0, text.to_string()),
+    })
+}
+
+/// A read-ahead thread hands over one chunk's lines at a time (about 600 of the
+/// generator's; room for more is made when shorter lines need it), and may have a
+/// few batches ready: a few thousand lines in flight per stream.
+const BATCH_LINES: usize = CHUNK_BYTES / 64;
 const BATCHES_AHEAD: usize = 4;
 
 /// A stream read and parsed on a thread of its own, ahead of its consumer.
@@ -179,13 +291,11 @@ impl ReadAhead {
         let file = File::open(path)?;
         let (sender, batches) = mpsc::sync_channel(BATCHES_AHEAD);
         let thread = std::thread::Builder::new().name(format!("read-{}", source.name())).spawn(move || {
-            let mut reader = StreamReader::from_reader(source, BufReader::with_capacity(1 << 16, file));
+            let mut reader = StreamReader::from_reader(source, file);
             loop {
                 let mut batch = Vec::with_capacity(BATCH_LINES);
-                batch.extend(std::iter::from_fn(|| reader.next_line()).take(BATCH_LINES));
-                // A short batch is the end of the file; a read error ends it too.
-                let last = batch.len() < BATCH_LINES || batch.iter().any(|line| line.is_err());
-                if batch.is_empty() || sender.send(batch).is_err() || last {
+                reader.parse_next(|line| batch.push(line));
+                if !batch.is_empty() && sender.send(batch).is_err() || reader.more == More::No {
                     return;
                 }
             }
@@ -367,6 +477,58 @@ mod tests {
         let mut reader = StreamReader::from_reader(Source::Orders, io::Cursor::new(content.into_bytes()));
         let lines: Vec<Line> = std::iter::from_fn(|| reader.next_line()).map(Result::unwrap).collect();
         assert_eq!(times(&lines), vec![10, 30]);
+    }
+
+    /// A reader handing out at most `step` bytes a read, as a pipe may.
+    struct Trickle {
+        content: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.step).min(self.content.len() - self.at);
+            buf[..n].copy_from_slice(&self.content[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn lines_come_out_the_same_however_the_reads_split_them() {
+        let long = format!("{}{}", order("long", 20), " ".repeat(3 * CHUNK_BYTES));
+        let over = vec![b'x'; MAX_LINE_BYTES + 5];
+        let mut content = Vec::new();
+        for part in [
+            order("a", 10).as_bytes(),
+            b"\n",
+            order("b", 11).as_bytes(),
+            b"\r\n   \n{\"order_id\":\"\xff\"}\n",
+            long.as_bytes(),
+            b"\n",
+            &over,
+            b"\n",
+            order("c", 30).as_bytes(),
+        ] {
+            content.extend_from_slice(part);
+        }
+        let read = |step| {
+            let mut reader =
+                StreamReader::from_reader(Source::Orders, Trickle { content: content.clone(), at: 0, step });
+            std::iter::from_fn(|| reader.next_line()).map(Result::unwrap).collect::<Vec<_>>()
+        };
+        let whole = read(usize::MAX);
+        assert_eq!(times(&whole), vec![10, 11, -4, 20, -6, 30]);
+        let reason = |line: &Line| match line {
+            Line::Dead(d) => d.reason.clone(),
+            other => panic!("expected a dead letter, got {other:?}"),
+        };
+        assert!(reason(&whole[2]).contains("not valid UTF-8"), "{}", reason(&whole[2]));
+        assert!(reason(&whole[4]).contains(&format!("line is {} bytes", MAX_LINE_BYTES + 5)), "{}", reason(&whole[4]));
+        for step in [1, 7, 4096] {
+            assert_eq!(read(step), whole, "reads of {step} bytes");
+        }
     }
 
     #[test]
