@@ -299,7 +299,7 @@ impl ser::SerializeStruct for Fields<'_> {
     type Ok = ();
     type Error = Unsupported;
 
-    #[inline]
+    #[inline(always)]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Unsupported> {
         if !std::mem::take(&mut self.first) {
             self.out.extend_from_slice(b", ");
