@@ -80,15 +80,22 @@ impl<O: Operator> Task<O> {
 
     /// Advances the task's input watermark; what fired, if it moved.
     fn advance(&mut self, watermark: Millis) -> Vec<O::Out> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.operator.on_watermark(watermark, &mut self.out);
-        }
+        self.advance_keeping_output(watermark);
         if self.out.is_empty() {
             // Most calls: the buffer keeps its capacity for the next record.
             return Vec::new();
         }
         std::mem::take(&mut self.out)
+    }
+
+    /// Advances the task's input watermark, leaving what fired for its next record
+    /// to hand over (for a task that emits nothing on a watermark: no buffer changes
+    /// hands).
+    fn advance_keeping_output(&mut self, watermark: Millis) {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.operator.on_watermark(watermark, &mut self.out);
+        }
     }
 }
 
@@ -236,7 +243,7 @@ impl EmbeddedRuntime {
     fn advance_devices(&mut self) {
         for (router, watermark) in self.routers.iter_mut().zip(self.devices.watermarks()) {
             // The router emits nothing on a watermark; it only judges later events by it.
-            router.advance(watermark);
+            router.advance_keeping_output(watermark);
         }
         let watermark = self.routers.iter().map(|t| t.operator.output_watermark()).min().unwrap_or(NO_WATERMARK);
         if watermark <= self.device_watermark {
