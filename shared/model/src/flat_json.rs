@@ -468,6 +468,36 @@ mod tests {
         }
     }
 
+    /// Amounts and times of every length up to the limit, the point anywhere.
+    #[test]
+    fn numbers_of_every_length_read_as_serde_json_reads_them() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..5_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let digits = format!("{seed}");
+            let len = 1 + (seed % 15) as usize;
+            let whole = 1 + (seed >> 8) as usize % len;
+            let amount = match &digits[whole..len] {
+                "" => digits[..whole].to_string(),
+                fraction => format!("{}.{fraction}", &digits[..whole]),
+            };
+            let line = format!(
+                r#"{{"payment_id":"p","order_id":"o","paid_amount":{amount},"payment_ts":{},"method":"card"}}"#,
+                &digits[..len]
+            );
+            let fast = record(Source::Payments, &line).unwrap_or_else(|| panic!("not taken: {line}"));
+            assert!(same(&fast, &by_serde(Source::Payments, &line).unwrap()), "{line}");
+            let at_the_end = format!(
+                r#"{{"device_id":"d","site_id":"s","event_type":"fault","status":"x","event_ts":{}}}"#,
+                &digits[..len]
+            );
+            let fast = record(Source::Devices, &at_the_end).unwrap_or_else(|| panic!("not taken: {at_the_end}"));
+            assert!(same(&fast, &by_serde(Source::Devices, &at_the_end).unwrap()), "{at_the_end}");
+        }
+    }
+
     #[test]
     fn a_name_begins_only_the_bytes_that_hold_it_in_quotes() {
         for name in ORDER_FIELDS.iter().chain(&PAYMENT_FIELDS).chain(&DEVICE_FIELDS) {
