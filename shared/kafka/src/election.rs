@@ -11,8 +11,9 @@
 //! A member can also be left standing by with nobody leading: after a broker crash,
 //! a chaos run saw payment-metrics' only member lose its session and never get the
 //! partition back (its client's requests to the broker timed out for good). So a
-//! member that has stood by, with no other member in its election group, for
-//! `ALONE_PATIENCE` joins afresh with a new client.
+//! member that has stood by for `ALONE_PATIENCE` with no other member in its
+//! election group, or with no answer from the broker about it, joins afresh with a
+//! new client.
 
 use crate::connection;
 use std::cell::Cell;
@@ -137,12 +138,14 @@ struct Solitude {
 
 impl Solitude {
     /// What the broker said at `now` (how many other members the group has; `None`:
-    /// no answer, which starts the count over, as a new client would not reach it
-    /// either): whether the member has now been alone for `ALONE_PATIENCE`.
+    /// no answer): whether the member has now been alone, or unanswered, for
+    /// `ALONE_PATIENCE`. No answer counts as alone: a wedged client never gets one
+    /// (a chaos run saw a member's count start over on every unanswered question,
+    /// for ten minutes), and while the broker is down a new client does no worse.
     fn heard(&mut self, others: Option<usize>, now: Instant) -> bool {
         match others {
-            Some(0) => now.duration_since(*self.since.get_or_insert(now)) >= ALONE_PATIENCE,
-            _ => {
+            Some(0) | None => now.duration_since(*self.since.get_or_insert(now)) >= ALONE_PATIENCE,
+            Some(_) => {
                 self.since = None;
                 false
             }
@@ -160,11 +163,22 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut solitude = Solitude::default();
         assert!(!solitude.heard(Some(0), at(0)));
-        assert!(!solitude.heard(None, at(20)), "a broker that does not answer starts the count over");
+        assert!(!solitude.heard(Some(1), at(20)), "another member may lead: the count starts over");
         assert!(!solitude.heard(Some(0), at(25)));
-        assert!(!solitude.heard(Some(0), at(50)), "alone 25 s, counted from the last silence");
+        assert!(!solitude.heard(Some(0), at(50)), "alone 25 s, counted from the other member");
         assert!(solitude.heard(Some(0), at(55)));
-        assert!(!solitude.heard(Some(1), at(60)), "another member may lead");
-        assert!(!solitude.heard(Some(0), at(61)));
+        assert!(!solitude.heard(Some(1), at(60)));
+        assert!(!solitude.heard(None, at(61)));
+        assert!(!solitude.heard(None, at(90)), "unanswered 29 s");
+        assert!(solitude.heard(Some(0), at(91)), "unanswered, then alone: 30 s in all");
+    }
+
+    #[test]
+    fn a_member_whose_questions_go_unanswered_for_the_whole_patience_is_stranded() {
+        let t0 = Instant::now();
+        let mut solitude = Solitude::default();
+        assert!(!solitude.heard(None, t0));
+        assert!(!solitude.heard(None, t0 + Duration::from_secs(25)));
+        assert!(solitude.heard(None, t0 + ALONE_PATIENCE), "a wedged client never gets an answer");
     }
 }
