@@ -113,7 +113,7 @@ impl Leadership {
         let stranded = solitude.heard(others, Instant::now());
         self.solitude.set(solitude);
         if stranded {
-            warn!(group = %self.group, "standing by alone in the election: joining it afresh with a new client");
+            warn!(group = %self.group, "standing by alone in the election, or unanswered: joining it afresh with a new client");
         }
         stranded
     }
