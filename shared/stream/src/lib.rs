@@ -12,6 +12,8 @@ pub mod retention;
 pub mod source_clock;
 pub mod state;
 mod table;
+#[cfg(test)]
+mod test_log;
 pub mod time_set;
 pub mod timers;
 pub mod watermark;

@@ -281,16 +281,7 @@ impl<K: Ord + Clone + Serialize + DeserializeOwned, V: Serialize + DeserializeOw
 mod tests {
     use super::*;
     use crate::changelog::split_key;
-
-    /// Applies writes to a changelog kept as a map, as compaction leaves it.
-    fn apply(log: &mut BTreeMap<Vec<u8>, Vec<u8>>, writes: Vec<StateWrite>) {
-        for w in writes {
-            match w.value {
-                Some(v) => log.insert(w.key, v),
-                None => log.remove(&w.key),
-            };
-        }
-    }
+    use crate::test_log::apply;
 
     #[test]
     fn only_changed_keys_are_written_and_a_removed_key_is_a_tombstone() {

@@ -137,33 +137,12 @@ mod tests {
     use super::*;
     use crate::changelog::split_key;
     use crate::state::OrderedState;
-
-    /// Applies writes to a changelog kept as a map, as compaction leaves it.
-    fn apply(log: &mut BTreeMap<Vec<u8>, Vec<u8>>, writes: Vec<StateWrite>) {
-        for w in writes {
-            match w.value {
-                Some(v) => log.insert(w.key, v),
-                None => log.remove(&w.key),
-            };
-        }
-    }
-
-    /// A small deterministic generator (xorshift), so a failure replays.
-    struct Steps(u64);
-
-    impl Steps {
-        fn next(&mut self, below: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % below
-        }
-    }
+    use crate::test_log::{apply, Steps};
 
     #[test]
     fn holds_and_writes_what_an_ordered_state_of_times_does() {
         for seed in 1..=40u64 {
-            let mut steps = Steps(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut steps = Steps::seeded(seed);
             let (mut set, mut tree) = (TimeSet::default(), OrderedState::<Millis, ()>::default());
             let (mut set_log, mut tree_log) = (BTreeMap::new(), BTreeMap::new());
             set.track_changes();
