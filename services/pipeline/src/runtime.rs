@@ -99,6 +99,28 @@ impl<O: Operator> Task<O> {
     }
 }
 
+impl<O: Operator<Out: IntoOutput>> Task<O> {
+    /// Hands `record` to the operator; what it emits joins `outputs`, and the
+    /// task's buffer keeps its capacity for the next call.
+    fn record_into(&mut self, record: O::In, outputs: &mut Vec<Output>) {
+        self.operator.on_record(record, &mut self.out);
+        emit(&mut self.out, outputs);
+    }
+
+    /// As `advance`, with what fired joining `outputs`.
+    fn advance_into(&mut self, watermark: Millis, outputs: &mut Vec<Output>) {
+        self.advance_keeping_output(watermark);
+        emit(&mut self.out, outputs);
+    }
+}
+
+/// A task's outputs as the pipeline's; most calls bring none.
+fn emit<T: IntoOutput>(out: &mut Vec<T>, outputs: &mut Vec<Output>) {
+    if !out.is_empty() {
+        outputs.extend(out.drain(..).map(IntoOutput::into_output));
+    }
+}
+
 fn tasks<O: Operator>(n: u32, make: impl Fn() -> O) -> Vec<Task<O>> {
     (0..n).map(|_| Task::new(make())).collect()
 }
@@ -202,6 +224,7 @@ impl EmbeddedRuntime {
             let mut out = self.join[p].advance(watermark);
             if !out.is_empty() {
                 self.enriched(&mut out);
+                self.join[p].reuse(out);
             }
         }
         self.watermarks = inputs;
@@ -210,11 +233,9 @@ impl EmbeddedRuntime {
             return;
         }
         self.enriched_watermark = watermark;
-        let out = self.metrics.advance(watermark);
-        self.emit(out);
-        for q in 0..self.anomalies.len() {
-            let out = self.anomalies[q].advance(watermark);
-            self.emit(out);
+        self.metrics.advance_into(watermark, &mut self.outputs);
+        for task in &mut self.anomalies {
+            task.advance_into(watermark, &mut self.outputs);
         }
     }
 
@@ -225,18 +246,9 @@ impl EmbeddedRuntime {
             self.outputs.push(Output::Enriched(e.clone()));
             if let Some(customer) = &e.customer_id {
                 let q = self.partition(customer);
-                let out = self.anomalies[q].record(e.clone());
-                self.emit(out);
+                self.anomalies[q].record_into(e.clone(), &mut self.outputs);
             }
-            let out = self.metrics.record(e);
-            self.emit(out);
-        }
-    }
-
-    /// A task's outputs as the pipeline's; most calls bring none.
-    fn emit<T: IntoOutput>(&mut self, out: Vec<T>) {
-        if !out.is_empty() {
-            self.outputs.extend(out.into_iter().map(IntoOutput::into_output));
+            self.metrics.record_into(e, &mut self.outputs);
         }
     }
 
@@ -251,11 +263,9 @@ impl EmbeddedRuntime {
         }
         self.device_watermark = watermark;
         for q in 0..self.analytics.len() {
-            let out = self.analytics[q].advance(watermark);
-            self.emit(out);
+            self.analytics[q].advance_into(watermark, &mut self.outputs);
         }
-        let alerts = self.health.advance(watermark);
-        self.emit(alerts);
+        self.health.advance_into(watermark, &mut self.outputs);
     }
 
     /// The router's two outputs: on-time events and the late side topic. The on-time
@@ -270,8 +280,7 @@ impl EmbeddedRuntime {
                 Routed::Late(l) => {
                     self.ledger.devices_late += 1;
                     self.outputs.push(Output::Late(LateEvent::Device(l.clone())));
-                    let alerts = self.health.record(HealthInput::Late(l));
-                    self.emit(alerts);
+                    self.health.record_into(HealthInput::Late(l), &mut self.outputs);
                 }
             }
         }
@@ -279,10 +288,8 @@ impl EmbeddedRuntime {
 
     fn on_time(&mut self, partition: usize, e: DeviceEvent) {
         let e = Arc::new(e);
-        let alerts = self.health.record(HealthInput::OnTime(e.clone()));
-        self.emit(alerts);
-        let out = self.analytics[partition].record(e);
-        self.emit(out);
+        self.health.record_into(HealthInput::OnTime(e.clone()), &mut self.outputs);
+        self.analytics[partition].record_into(e, &mut self.outputs);
     }
 }
 
