@@ -206,12 +206,22 @@ impl StreamReader {
 
     /// The next non-blank line, parsed.
     pub fn next_line(&mut self) -> Option<io::Result<Line>> {
+        self.fill();
+        self.ready.pop_front()
+    }
+
+    /// The line `next_line` would give, left in place.
+    fn peek(&mut self) -> Option<&io::Result<Line>> {
+        self.fill();
+        self.ready.front()
+    }
+
+    fn fill(&mut self) {
         while self.ready.is_empty() && self.more == More::Yes {
             let mut ready = std::mem::take(&mut self.ready);
             self.parse_next(|line| ready.push_back(line));
             self.ready = ready;
         }
-        self.ready.pop_front()
     }
 
     /// Parses the lines the source has ready into `out`, skipping blank ones; a read
@@ -307,25 +317,28 @@ impl ReadAhead {
     }
 
     pub fn next_line(&mut self) -> Option<io::Result<Line>> {
-        loop {
-            if let Some(line) = self.batch.next() {
-                return Some(line);
-            }
-            match self.batches.recv() {
-                Ok(batch) => self.batch = batch.into_iter(),
+        self.peek()?;
+        self.batch.next()
+    }
+
+    /// The line `next_line` would give, left in place.
+    fn peek(&mut self) -> Option<&io::Result<Line>> {
+        while self.batch.as_slice().is_empty() {
+            self.batch = match self.batches.recv() {
+                Ok(batch) => batch.into_iter(),
                 // The thread is done: at the end of its file, or because it failed,
                 // which must not pass for the end.
                 Err(_) => {
                     let failed = self.thread.take().is_some_and(|thread| thread.join().is_err());
-                    return failed.then(|| {
-                        Err(io::Error::other(format!(
-                            "reading the {} stream failed (its thread panicked)",
-                            self.source.name()
-                        )))
-                    });
+                    if !failed {
+                        return None;
+                    }
+                    let message = format!("reading the {} stream failed (its thread panicked)", self.source.name());
+                    vec![Err(io::Error::other(message))].into_iter()
                 }
-            }
+            };
         }
+        self.batch.as_slice().first()
     }
 }
 
@@ -342,12 +355,38 @@ impl Reader {
             Reader::Ahead(reader) => reader.next_line(),
         }
     }
+
+    fn peek(&mut self) -> Option<&io::Result<Line>> {
+        match self {
+            Reader::Here(reader) => reader.peek(),
+            Reader::Ahead(reader) => reader.peek(),
+        }
+    }
 }
+
+/// Where a stream's next line goes in the merge, lowest first: a read error at once;
+/// a dead letter, which has no event time, as soon as it is next; records by event
+/// time; [`ENDED`] for a stream with no more. Ties go to the stream listed first.
+/// One integer, so picking the lowest of three takes two comparisons.
+fn merge_key(line: Option<&io::Result<Line>>) -> i128 {
+    match line {
+        Some(Err(_)) => i128::MIN,
+        Some(Ok(Line::Dead(_))) => i128::MIN + 1,
+        Some(Ok(Line::Record(r))) => i128::from(r.event_ts()),
+        None => ENDED,
+    }
+}
+
+const ENDED: i128 = i128::MAX;
 
 /// The three streams interleaved by the event time of their next record.
 pub struct MergedInput {
     readers: Vec<Reader>,
-    heads: Vec<Option<Line>>,
+    /// Each stream's next line's [`merge_key`]. A line stays in its reader's batch
+    /// until it is taken, and only the stream that gave the last line has its key
+    /// read again.
+    keys: Vec<i128>,
+    stale: std::ops::Range<usize>,
 }
 
 impl MergedInput {
@@ -356,8 +395,8 @@ impl MergedInput {
     }
 
     fn of(readers: Vec<Reader>) -> Self {
-        let heads = readers.iter().map(|_| None).collect();
-        MergedInput { readers, heads }
+        let keys = vec![ENDED; readers.len()];
+        MergedInput { stale: 0..readers.len(), readers, keys }
     }
 
     /// A dataset folder; a missing stream file is an empty stream, but at least one
@@ -406,28 +445,20 @@ impl Iterator for MergedInput {
     type Item = io::Result<Line>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        for (head, reader) in self.heads.iter_mut().zip(&mut self.readers) {
-            if head.is_none() {
-                match reader.next_line() {
-                    Some(Ok(line)) => *head = Some(line),
-                    Some(Err(e)) => return Some(Err(e)),
-                    None => {}
-                }
+        for i in self.stale.clone() {
+            self.keys[i] = merge_key(self.readers[i].peek());
+        }
+        let mut pick = 0;
+        for (i, &key) in self.keys.iter().enumerate().skip(1) {
+            if key < self.keys[pick] {
+                pick = i;
             }
         }
-        // A dead letter has no event time: it goes out as soon as it is next.
-        let pick = self.heads.iter().position(|h| matches!(h, Some(Line::Dead(_)))).or_else(|| {
-            self.heads
-                .iter()
-                .enumerate()
-                .filter_map(|(i, h)| match h {
-                    Some(Line::Record(r)) => Some((r.event_ts(), i)),
-                    _ => None,
-                })
-                .min()
-                .map(|(_, i)| i)
-        })?;
-        self.heads[pick].take().map(Ok)
+        if self.keys.get(pick).is_none_or(|&key| key == ENDED) {
+            return None;
+        }
+        self.stale = pick..pick + 1;
+        self.readers[pick].next_line()
     }
 }
 
@@ -538,6 +569,13 @@ mod tests {
     fn streams_interleave_by_event_time_and_each_keeps_its_own_order() {
         let lines = merged(vec![order("a", 10), order("b", 30)], vec![device(20), device(40), device(5), device(50)]);
         assert_eq!(times(&lines), vec![10, 20, 30, 40, 5, 50]);
+    }
+
+    #[test]
+    fn a_dead_letter_goes_out_as_soon_as_it_is_next_and_a_tie_goes_to_the_first_stream() {
+        let lines = merged(vec![order("a", 10), "{oops".into(), order("b", 30)], vec![device(10), device(20)]);
+        assert_eq!(times(&lines), vec![10, -2, 10, 20, 30]);
+        assert!(matches!(&lines[0], Line::Record(InputRecord::Order(_))), "{:?}", lines[0]);
     }
 
     #[test]
