@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use vigil_model::output::{Output, OutputKind};
@@ -105,25 +105,39 @@ const BATCHES_AHEAD: usize = 4;
 /// of the pipeline's work; with a second core it no longer holds up the thread that
 /// processes. The order is the same, and a bounded queue keeps memory bounded when
 /// the reader of stdout is slower than the pipeline.
+///
+/// Written batches come back to be emptied and filled again: their outputs are
+/// dropped on the thread that made them, where freeing is cheaper for the allocator
+/// than from another thread, and a batch is not allocated anew each time.
 pub struct WriteBehind {
     batch: Vec<Output>,
     sender: Option<SyncSender<Vec<Output>>>,
+    written: Receiver<Vec<Output>>,
     thread: Option<JoinHandle<io::Result<OutputWriter>>>,
 }
 
 impl WriteBehind {
     pub fn spawn(mut writer: OutputWriter) -> io::Result<Self> {
         let (sender, batches) = mpsc::sync_channel::<Vec<Output>>(BATCHES_AHEAD);
+        // Room for every batch there is, so handing one back never waits.
+        let (give_back, written) = mpsc::sync_channel::<Vec<Output>>(BATCHES_AHEAD + 2);
         let thread = std::thread::Builder::new().name("write-outputs".into()).spawn(move || {
             for batch in batches {
                 for output in &batch {
                     writer.write(output)?;
                 }
+                // Dropped here only once the pipeline has stopped taking them back.
+                let _ = give_back.try_send(batch);
             }
             writer.flush()?;
             Ok(writer)
         })?;
-        Ok(WriteBehind { batch: Vec::with_capacity(BATCH_OUTPUTS), sender: Some(sender), thread: Some(thread) })
+        Ok(WriteBehind {
+            batch: Vec::with_capacity(BATCH_OUTPUTS),
+            sender: Some(sender),
+            written,
+            thread: Some(thread),
+        })
     }
 
     pub fn write(&mut self, output: Output) -> io::Result<()> {
@@ -143,7 +157,14 @@ impl WriteBehind {
     }
 
     fn send(&mut self) -> io::Result<()> {
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_OUTPUTS));
+        let next = match self.written.try_recv() {
+            Ok(mut written) => {
+                written.clear();
+                written
+            }
+            Err(_) => Vec::with_capacity(BATCH_OUTPUTS),
+        };
+        let batch = std::mem::replace(&mut self.batch, next);
         let sent = self.sender.as_ref().is_some_and(|sender| sender.send(batch).is_ok());
         if sent {
             return Ok(());
