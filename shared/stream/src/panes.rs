@@ -1,5 +1,5 @@
 //! One key's window panes: a handful of slide-sized aggregates, kept as a vector
-//! sorted by start. A key holds about `size / slide` panes at a time and events come
+//! sorted by start (and its windows' revisions, by window start, the same way). A key holds about `size / slide` panes at a time and events come
 //! mostly in order, so appending at the end and forgetting from the front beat a
 //! tree map's node walks. Serialized as a map from start to aggregate, as the tree
 //! map it replaces was, so changelogs written before read back the same.

@@ -7,7 +7,6 @@
 //! result is the merge of its panes, so a sliding event costs one pane update, not
 //! one update per overlapping window.
 
-use std::collections::BTreeMap;
 use std::hash::Hash;
 
 use serde::de::DeserializeOwned;
@@ -89,15 +88,16 @@ pub struct KeyWindows<A> {
     panes: Panes<A>,
     /// Every window of this key ending at or before this has fired (or was empty).
     fired_upto: Millis,
-    /// Revision last emitted, by window start, while the window can still change.
-    revisions: BTreeMap<Millis, u32>,
+    /// Revision last emitted, by window start, while the window can still change
+    /// (kept as panes are: a few, mostly added at the end and forgotten from the front).
+    revisions: Panes<u32>,
     /// The key's one pending timer.
     timer: Option<Millis>,
 }
 
 impl<A> Default for KeyWindows<A> {
     fn default() -> Self {
-        KeyWindows { panes: Panes::default(), fired_upto: Millis::MIN, revisions: BTreeMap::new(), timer: None }
+        KeyWindows { panes: Panes::default(), fired_upto: Millis::MIN, revisions: Panes::default(), timer: None }
     }
 }
 
@@ -193,8 +193,9 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         for window in w.windows_of(ts) {
             let fired = window.end <= state.fired_upto;
             if fired && !closed_for_good(window.end, watermark, rules.allowed_lateness) {
-                let revision = state.revisions.get(&window.start).map_or(1, |r| r + 1);
-                state.revisions.insert(window.start, revision);
+                let revision = state.revisions.get_or_default(window.start);
+                *revision += 1;
+                let revision = *revision;
                 let value = merge_panes(&state.panes, window);
                 if (rules.wanted)(&value) {
                     out.push(WindowResult { key: key.clone(), window, value, revision });
@@ -257,7 +258,7 @@ impl<A: Aggregate> Rules<A> {
             state.fired_upto = end;
             if state.panes.first_from(window.start).is_some_and(|p| p < window.end) {
                 if lateness > 0 {
-                    state.revisions.insert(window.start, 1);
+                    *state.revisions.get_or_default(window.start) = 1;
                 }
                 let value = merge_panes(&state.panes, window);
                 if (self.wanted)(&value) {
@@ -267,11 +268,11 @@ impl<A: Aggregate> Rules<A> {
         }
         // Forget what no on-time event can change any more.
         state.panes.forget_while(|pane| closed_for_good(pane + w.size, watermark, lateness));
-        state.revisions.retain(|&start, _| !closed_for_good(start + w.size, watermark, lateness));
+        state.revisions.forget_while(|start| closed_for_good(start + w.size, watermark, lateness));
         let next = [
             next_fire_end(&state.panes, state.fired_upto, w).filter(|_| !quiet),
             state.panes.first_start().map(|p| p.saturating_add(w.size).saturating_add(lateness)),
-            state.revisions.keys().next().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
+            state.revisions.first_start().map(|s| s.saturating_add(w.size).saturating_add(lateness)),
         ]
         .into_iter()
         .flatten()
