@@ -301,12 +301,13 @@ impl ser::SerializeStruct for Fields<'_> {
 
     #[inline(always)]
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Unsupported> {
-        if !std::mem::take(&mut self.first) {
-            self.out.extend_from_slice(b", ");
-        }
         // Field names are the seed's: plain ASCII, written as they are.
         debug_assert!(key.bytes().all(|b| PLAIN[usize::from(b)]), "{key}");
-        self.out.push(b'"');
+        if std::mem::take(&mut self.first) {
+            self.out.push(b'"');
+        } else {
+            self.out.extend_from_slice(b", \"");
+        }
         self.out.extend_from_slice(key.as_bytes());
         self.out.extend_from_slice(b"\": ");
         value.serialize(Writer { out: self.out })
