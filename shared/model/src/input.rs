@@ -149,7 +149,12 @@ impl InputRecord {
     }
 }
 
+#[inline]
 fn non_empty(field: &str, value: &str) -> Result<(), InvalidRecord> {
+    // An id mostly starts with a printable ASCII character: one look settles it.
+    if value.as_bytes().first().is_some_and(u8::is_ascii_graphic) {
+        return Ok(());
+    }
     // As `trim().is_empty()`, stopping at the first character that is not white space.
     if value.chars().all(char::is_whitespace) {
         return Err(InvalidRecord(format!("`{field}` is empty")));
@@ -224,5 +229,15 @@ mod tests {
             r#"{"device_id":"","site_id":"s","event_type":"fault","status":"x","event_ts":1}"#
         )
         .contains("`device_id` is empty"));
+    }
+
+    #[test]
+    fn an_id_of_white_space_alone_is_empty_and_one_with_more_is_not() {
+        for blank in [" ", "\t \t", "\u{3000}", "\u{a0}\u{2003}"] {
+            assert!(non_empty("order_id", blank).is_err(), "{blank:?}");
+        }
+        for id in ["a", " a", "\u{3000}b", "é", "-"] {
+            assert!(non_empty("order_id", id).is_ok(), "{id:?}");
+        }
     }
 }
