@@ -287,7 +287,6 @@ impl EmbeddedRuntime {
     }
 
     fn on_time(&mut self, partition: usize, e: DeviceEvent) {
-        let e = Arc::new(e);
         self.health.record_into(HealthInput::OnTime(e.clone()), &mut self.outputs);
         self.analytics[partition].record_into(e, &mut self.outputs);
     }

@@ -4,7 +4,6 @@
 //! keeps between members: the compacted changelog and the committed offsets.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use vigil_datagen::planted;
 use vigil_datagen::traffic::Traffic;
@@ -491,10 +490,10 @@ fn a_member_whose_partitions_are_empty_holds_nobody_back() {
 
     // Downstream, device-analytics reads every router task's markers on each of its
     // partitions: its windows fire, though three router tasks had no records.
-    let on_time: Vec<Arc<DeviceEvent>> = with_data
+    let on_time: Vec<DeviceEvent> = with_data
         .delivered
         .iter()
-        .filter_map(|r| if let Routed::OnTime(e) = r { Some(Arc::new(e.clone())) } else { None })
+        .filter_map(|r| if let Routed::OnTime(e) = r { Some(e.clone()) } else { None })
         .collect();
     let mut analytics = Member::new(DeviceAnalyticsService);
     analytics.assign(&Broker::default(), &all_slots(1));
@@ -580,10 +579,10 @@ fn an_idle_writer_speaks_on_the_repartition_topics_when_its_idleness_changes_its
 }
 
 /// A device-analytics member, a device event of site-b, and its partition.
-fn analytics_with_a_site_b_event() -> (Member<DeviceAnalyticsService>, Arc<DeviceEvent>, Slot) {
+fn analytics_with_a_site_b_event() -> (Member<DeviceAnalyticsService>, DeviceEvent, Slot) {
     let mut analytics = Member::new(DeviceAnalyticsService);
     analytics.assign(&Broker::default(), &all_slots(1));
-    let e = Arc::new(DeviceEvent { site_id: "site-b".into(), ..Traffic::new(1, 1_700_000_000_000, 0).device(0) });
+    let e = DeviceEvent { site_id: "site-b".into(), ..Traffic::new(1, 1_700_000_000_000, 0).device(0) };
     (analytics, e, (0, partition_for(b"site-b", PARTITIONS) as i32))
 }
 

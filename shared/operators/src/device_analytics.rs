@@ -9,8 +9,6 @@
 //! Windows keep the device stream's allowed lateness: an on-time event that is behind
 //! the watermark re-emits the windows it changes with a higher `revision`.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{
     AnomalyType, DeviceAnomaly, DeviceMetrics, FaultSpike, FirmwareFailure, LateDeviceEvent, RebootLoop, RecordType,
@@ -150,10 +148,10 @@ impl DeviceAnalytics {
 }
 
 impl Operator for DeviceAnalytics {
-    type In = Arc<DeviceEvent>;
+    type In = DeviceEvent;
     type Out = DeviceOutput;
 
-    fn on_record(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<DeviceOutput>) {
+    fn on_record(&mut self, e: DeviceEvent, out: &mut Vec<DeviceOutput>) {
         let failure = e.is_firmware_failure();
         let added = self.sites.add(
             &e.site_id,
@@ -169,7 +167,7 @@ impl Operator for DeviceAnalytics {
         );
         if added.is_err() {
             // Only reachable when this operator's watermark runs ahead of the router's.
-            out.push(DeviceOutput::Late(LateDeviceEvent::new(Arc::unwrap_or_clone(e), self.watermark)));
+            out.push(DeviceOutput::Late(LateDeviceEvent::new(e, self.watermark)));
             return;
         }
         if e.event_type == EventType::Reboot {
@@ -259,14 +257,14 @@ mod tests {
 
     const T: Millis = 1_700_000_000_000;
 
-    fn event(device: &str, site: &str, event_type: EventType, status: &str, at: Millis) -> Arc<DeviceEvent> {
-        Arc::new(DeviceEvent {
+    fn event(device: &str, site: &str, event_type: EventType, status: &str, at: Millis) -> DeviceEvent {
+        DeviceEvent {
             device_id: device.into(),
             site_id: site.into(),
             event_type,
             status: status.into(),
             event_ts: T + at,
-        })
+        }
     }
 
     fn metrics(out: &[DeviceOutput]) -> Vec<(Millis, u64, u64, f64, u32)> {

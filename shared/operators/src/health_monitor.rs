@@ -14,8 +14,6 @@
 //! - `fault_rate_exceeded` (critical): faults of all sites in a health window over
 //!   the ceiling, fired when the watermark passes the window.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use vigil_model::output::{
     FaultRateAlert, HealthAlert, HealthReason, LateDeviceEvent, LateSpikeAlert, RecordType, Severity, ThroughputAlert,
@@ -31,7 +29,7 @@ use vigil_stream::Operator;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum HealthInput {
-    OnTime(Arc<DeviceEvent>),
+    OnTime(DeviceEvent),
     Late(LateDeviceEvent),
 }
 
@@ -105,7 +103,7 @@ impl HealthMonitor {
         }
     }
 
-    fn on_time(&mut self, e: Arc<DeviceEvent>, out: &mut Vec<HealthAlert>) {
+    fn on_time(&mut self, e: DeviceEvent, out: &mut Vec<HealthAlert>) {
         if self.last_released.is_none_or(|last| e.event_ts > last) {
             // Only gaps wider than `max_gap_ms` matter: a span of one more holds none.
             self.unreleased.insert_keeping_ends(e.event_ts, self.max_gap_ms.saturating_add(1));
@@ -299,13 +297,13 @@ mod tests {
     const T: Millis = 1_700_000_000_000;
 
     fn event(event_type: EventType, at: Millis) -> HealthInput {
-        HealthInput::OnTime(Arc::new(DeviceEvent {
+        HealthInput::OnTime(DeviceEvent {
             device_id: "dev-200".into(),
             site_id: "site-b".into(),
             event_type,
             status: "ok".into(),
             event_ts: T + at,
-        }))
+        })
     }
 
     fn late(at: Millis, watermark_at: Millis) -> HealthInput {

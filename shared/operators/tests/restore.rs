@@ -173,7 +173,7 @@ fn device_router_restores() {
 fn device_analytics_restores() {
     let on_time = routed_steps()
         .into_iter()
-        .filter_map(|(r, w)| if let Routed::OnTime(e) = r { Some((Arc::new(e), w)) } else { None })
+        .filter_map(|(r, w)| if let Routed::OnTime(e) = r { Some((e, w)) } else { None })
         .collect();
     check_restore("device-analytics", || DeviceAnalytics::new(&Config::default()), on_time);
 }
@@ -184,7 +184,7 @@ fn health_monitor_restores() {
         .into_iter()
         .map(|(r, w)| {
             let input = match r {
-                Routed::OnTime(e) => HealthInput::OnTime(Arc::new(e)),
+                Routed::OnTime(e) => HealthInput::OnTime(e),
                 Routed::Late(l) => HealthInput::Late(l),
             };
             (input, w)

@@ -2,8 +2,6 @@
 //! firmware failures from `device-events-ontime` → `device-metrics`,
 //! `device-anomalies`.
 
-use std::sync::Arc;
-
 use crate::codec::{Codec, CodecError};
 use crate::service::{Outgoing, Service};
 use crate::topics::{Topic, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE, DEVICE_METRICS};
@@ -26,11 +24,11 @@ impl Service for DeviceAnalyticsService {
         DeviceAnalytics::new(config)
     }
 
-    fn decode(&self, codec: &Codec, _: Topic, payload: &[u8]) -> Result<Arc<DeviceEvent>, CodecError> {
-        Ok(Arc::new(codec.decode(payload)?))
+    fn decode(&self, codec: &Codec, _: Topic, payload: &[u8]) -> Result<DeviceEvent, CodecError> {
+        codec.decode(payload)
     }
 
-    fn event_ts(&self, record: &Arc<DeviceEvent>) -> Millis {
+    fn event_ts(&self, record: &DeviceEvent) -> Millis {
         record.event_ts
     }
 

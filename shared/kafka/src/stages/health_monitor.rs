@@ -2,8 +2,6 @@
 //! late side topic `device-events-late` (all partitions) → `health-alerts`, keyed by
 //! reason.
 
-use std::sync::Arc;
-
 use crate::codec::{Codec, CodecError};
 use crate::service::{Outgoing, Service};
 use crate::topics::{Topic, DEVICE_EVENTS_ONTIME, HEALTH_ALERTS};
@@ -28,7 +26,7 @@ impl Service for HealthMonitorService {
 
     fn decode(&self, codec: &Codec, topic: Topic, payload: &[u8]) -> Result<HealthInput, CodecError> {
         Ok(if topic == DEVICE_EVENTS_ONTIME {
-            HealthInput::OnTime(Arc::new(codec.decode(payload)?))
+            HealthInput::OnTime(codec.decode(payload)?)
         } else {
             HealthInput::Late(codec.decode(payload)?)
         })
