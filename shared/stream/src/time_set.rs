@@ -52,6 +52,13 @@ impl TimeSet {
     /// partitions in turns, grew to thousands).
     pub fn insert_keeping_ends(&mut self, time: Millis, span: Millis) {
         let start = time - time.rem_euclid(span);
+        if !self.append_keeping_ends(time, start) {
+            self.place_keeping_ends(time, start, span);
+        }
+    }
+
+    /// [`TimeSet::insert_keeping_ends`] anywhere in the set.
+    fn place_keeping_ends(&mut self, time: Millis, start: Millis, span: Millis) {
         let from = self.times.partition_point(|&t| t < start);
         let to = self.times.partition_point(|&t| t < start.saturating_add(span));
         if from < to && (self.times[from]..=self.times[to - 1]).contains(&time) {
@@ -65,6 +72,30 @@ impl TimeSet {
         for _ in from + 1..to {
             let gone = self.times.remove(from + 1).expect("inside the span");
             self.note(gone, true);
+        }
+    }
+
+    /// [`TimeSet::insert_keeping_ends`] for a time after every other, whose span
+    /// (from `start`) holds at most two of them: most times. Whether it was done.
+    fn append_keeping_ends(&mut self, time: Millis, start: Millis) -> bool {
+        let n = self.times.len();
+        let in_span = |i: usize| i < n && self.times[n - 1 - i] >= start;
+        match self.times.back() {
+            Some(&last) if last >= time => false,
+            // The span's first and last: the time takes the last's place.
+            Some(&last) if in_span(1) && !in_span(2) => {
+                self.times[n - 1] = time;
+                self.note(time, false);
+                self.note(last, true);
+                true
+            }
+            // A span of none or one: the time is its new last.
+            _ if !in_span(1) => {
+                self.times.push_back(time);
+                self.note(time, false);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -229,6 +260,33 @@ mod tests {
         }
         every.insert_keeping_ends(25, 10);
         assert_eq!(Vec::from(every.times), vec![21, 25]);
+    }
+
+    /// Times mostly in order, sometimes back, often in the same span: appending where
+    /// it can keeps and writes what placing every time by search does.
+    #[test]
+    fn appending_keeps_and_writes_what_placing_by_search_does() {
+        for seed in 1..=40u64 {
+            let mut steps = Steps::seeded(seed);
+            let (mut set, mut placed) = (TimeSet::default(), TimeSet::default());
+            set.track_changes();
+            placed.track_changes();
+            let mut clock = 0;
+            for _ in 0..2_000 {
+                clock += steps.next(4) as Millis;
+                let time = clock - steps.next(3) as Millis * steps.next(8) as Millis;
+                set.insert_keeping_ends(time, 10);
+                placed.place_keeping_ends(time, time - time.rem_euclid(10), 10);
+                if steps.next(5) == 0 {
+                    assert_eq!(set.pop_first(), placed.pop_first());
+                }
+                assert_eq!(set.times, placed.times, "seed {seed}");
+            }
+            let (mut writes, mut placed_writes) = (Vec::new(), Vec::new());
+            set.drain_changes(1, &mut writes);
+            placed.drain_changes(1, &mut placed_writes);
+            assert_eq!(writes, placed_writes, "seed {seed}");
+        }
     }
 
     #[test]
