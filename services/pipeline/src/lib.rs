@@ -64,16 +64,12 @@ pub fn run(
             Line::Record(r) => runtime.process(r),
             Line::Dead(d) => runtime.dead_letter(d),
         }
-        for output in runtime.drain_outputs() {
-            emit(output)?;
-        }
+        runtime.emit_outputs(&mut emit)?;
         if (n as u64 + 1).is_multiple_of(PROGRESS_EVERY) {
             progress(n as u64 + 1, started.elapsed());
         }
     }
     runtime.finish();
-    for output in runtime.drain_outputs() {
-        emit(output)?;
-    }
+    runtime.emit_outputs(&mut emit)?;
     Ok(RunStats { ledger: runtime.ledger().clone(), elapsed: started.elapsed() })
 }

@@ -198,9 +198,13 @@ impl EmbeddedRuntime {
         self.advance_devices();
     }
 
-    /// What was emitted since the last call, in emission order.
-    pub fn drain_outputs(&mut self) -> std::vec::Drain<'_, Output> {
-        self.outputs.drain(..)
+    /// Hands what was emitted since the last call to `emit`, in emission order.
+    pub fn emit_outputs<E>(&mut self, emit: &mut impl FnMut(Output) -> Result<(), E>) -> Result<(), E> {
+        // Most records emit nothing: not even a drain to set up and tear down.
+        if self.outputs.is_empty() {
+            return Ok(());
+        }
+        self.outputs.drain(..).try_for_each(emit)
     }
 
     pub fn ledger(&self) -> &Ledger {
