@@ -49,8 +49,6 @@ pub struct EmbeddedRuntime {
     device_watermark: Millis,
     outputs: Vec<Output>,
     ledger: Ledger,
-    /// Per-partition input watermarks, reused between records.
-    watermarks: Vec<Millis>,
 }
 
 /// One operator instance, the input watermark it was last given, and a buffer for
@@ -144,7 +142,6 @@ impl EmbeddedRuntime {
             device_watermark: NO_WATERMARK,
             outputs: Vec::new(),
             ledger: Ledger::default(),
-            watermarks: Vec::new(),
         }
     }
 
@@ -220,10 +217,8 @@ impl EmbeddedRuntime {
     }
 
     fn advance_payments(&mut self) {
-        let mut inputs = std::mem::take(&mut self.watermarks);
-        inputs.clear();
-        inputs.extend(self.orders.watermarks().zip(self.payments.watermarks()).map(|(o, p)| o.min(p)));
-        for (p, &watermark) in inputs.iter().enumerate() {
+        for p in 0..self.join.len() {
+            let watermark = self.orders.watermark(p).min(self.payments.watermark(p));
             // Most records move no join's watermark, or fire nothing when they do.
             let mut out = self.join[p].advance(watermark);
             if !out.is_empty() {
@@ -231,7 +226,6 @@ impl EmbeddedRuntime {
                 self.join[p].reuse(out);
             }
         }
-        self.watermarks = inputs;
         let watermark = self.join.iter().map(|t| t.operator.output_watermark()).min().unwrap_or(NO_WATERMARK);
         if watermark <= self.enriched_watermark {
             return;

@@ -196,6 +196,11 @@ impl SourceClock {
 
     /// Every partition's watermark: its own, or, while it is idle, at least the
     /// minimum over the active partitions.
+    /// One partition's watermark.
+    pub fn watermark(&self, partition: usize) -> Millis {
+        self.watermarks[partition]
+    }
+
     pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
         self.watermarks.iter().copied()
     }
@@ -225,12 +230,6 @@ fn own_watermark(p: &Partition) -> Millis {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    impl SourceClock {
-        fn watermark(&self, partition: usize) -> Millis {
-            self.watermarks().nth(partition).unwrap()
-        }
-    }
 
     #[test]
     fn an_active_partition_goes_by_its_own_events() {
