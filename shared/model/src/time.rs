@@ -10,7 +10,7 @@ pub type Millis = i64;
 pub fn iso_utc(ms: Millis) -> IsoUtc {
     let secs = ms.div_euclid(1000);
     let frac_ms = ms.rem_euclid(1000) as u32;
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let (y, m, d) = civil_date(secs.div_euclid(86_400));
     let sod = secs.rem_euclid(86_400) as u32;
     let mut t = IsoUtc { buf: [0; 40], len: 0 };
     // As `{y:04}` would: a sign counts towards the width.
@@ -131,6 +131,23 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard
 /// Hinnant's `civil_from_days`, exact for every `i64` day count we can meet.
+/// [`civil_from_days`], remembered for the last day asked on this thread: the
+/// times of a run's outputs mostly fall on one day.
+fn civil_date(days: i64) -> (i64, u32, u32) {
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, (i64, u32, u32))> = const { std::cell::Cell::new((0, (1970, 1, 1))) };
+    }
+    LAST.with(|last| {
+        let (day, date) = last.get();
+        if day == days {
+            return date;
+        }
+        let date = civil_from_days(days);
+        last.set((days, date));
+        date
+    })
+}
+
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -188,7 +205,7 @@ mod tests {
     fn pads_years_as_python_and_rust_formatting_do() {
         for ms in [-62_198_755_200_000, -62_135_596_800_001, 253_402_300_800_000, 4_102_444_800_999, i64::MAX / 1000] {
             let secs = ms.div_euclid(1000);
-            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            let (y, m, d) = civil_date(secs.div_euclid(86_400));
             let sod = secs.rem_euclid(86_400);
             let frac = ms.rem_euclid(1000) * 1000;
             let time = format!("{:02}:{:02}:{:02}", sod / 3600, sod % 3600 / 60, sod % 60);
