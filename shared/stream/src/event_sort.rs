@@ -167,7 +167,7 @@ mod tests {
     use super::*;
     use crate::changelog::split_key;
     use crate::state::OrderedState;
-    use crate::test_log::{apply, Steps};
+    use crate::test_log::{apply, take_alike, Steps};
 
     #[test]
     fn releases_in_time_then_tie_break_order_once_the_watermark_passes() {
@@ -227,13 +227,12 @@ mod tests {
                     }
                     6 | 7 => {
                         watermark = watermark.max(clock - steps.next(6) as Millis);
-                        loop {
-                            let released = buffer.pop_before(watermark);
-                            assert_eq!(released, model.pop_before(watermark), "seed {seed}");
-                            if released.is_none() {
-                                break;
-                            }
-                        }
+                        let (buffer, model) = (&mut buffer, &mut model);
+                        take_alike(
+                            || buffer.pop_before(watermark),
+                            || model.pop_before(watermark),
+                            &format!("seed {seed}"),
+                        );
                     }
                     step => {
                         let (mut writes, mut model_writes) = (Vec::new(), Vec::new());
@@ -264,9 +263,7 @@ mod tests {
                 }
                 assert_eq!(buffer.len(), model.items.len(), "seed {seed}");
             }
-            let released: Vec<_> = std::iter::from_fn(|| buffer.pop_before(Millis::MAX)).collect();
-            let expected: Vec<_> = std::iter::from_fn(|| model.pop_before(Millis::MAX)).collect();
-            assert_eq!(released, expected, "seed {seed}: the same records, in the same order");
+            take_alike(|| buffer.pop_before(Millis::MAX), || model.pop_before(Millis::MAX), &format!("seed {seed}"));
         }
     }
 

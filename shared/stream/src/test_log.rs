@@ -31,3 +31,18 @@ impl Steps {
         self.0 % below
     }
 }
+
+/// Takes from both sides until the first gives nothing, each pair the same.
+pub fn take_alike<T: PartialEq + std::fmt::Debug>(
+    mut one: impl FnMut() -> Option<T>,
+    mut other: impl FnMut() -> Option<T>,
+    context: &str,
+) {
+    loop {
+        let taken = one();
+        assert_eq!(taken, other(), "{context}");
+        if taken.is_none() {
+            return;
+        }
+    }
+}

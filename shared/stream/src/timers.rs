@@ -69,7 +69,7 @@ impl<K: Ord + Clone> TimerQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_log::Steps;
+    use crate::test_log::{take_alike, Steps};
 
     #[test]
     fn fires_strictly_after_the_timer_time_in_time_then_key_order() {
@@ -119,18 +119,11 @@ mod tests {
                     heap.0.push(Reverse((time, key)));
                 } else {
                     watermark = watermark.max(clock - steps.next(5) as Millis);
-                    loop {
-                        let fired = queue.pop_due(watermark);
-                        assert_eq!(fired, heap.pop_due(watermark), "seed {seed}");
-                        if fired.is_none() {
-                            break;
-                        }
-                    }
+                    let (queue, heap) = (&mut queue, &mut heap);
+                    take_alike(|| queue.pop_due(watermark), || heap.pop_due(watermark), &format!("seed {seed}"));
                 }
             }
-            let fired: Vec<_> = std::iter::from_fn(|| queue.pop_due(Millis::MAX)).collect();
-            let expected: Vec<_> = std::iter::from_fn(|| heap.pop_due(Millis::MAX)).collect();
-            assert_eq!(fired, expected, "seed {seed}");
+            take_alike(|| queue.pop_due(Millis::MAX), || heap.pop_due(Millis::MAX), &format!("seed {seed}"));
         }
     }
 }
