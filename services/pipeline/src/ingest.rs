@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use vigil_datagen::dataset::planted_lines;
@@ -282,50 +282,63 @@ fn parse(source: Source, line_number: u64, raw: RawLine<'_>) -> Option<Line> {
     })
 }
 
-/// A read-ahead thread hands over one chunk's lines at a time (about 300 of the
-/// generator's; room for more is made when shorter lines need it), and may have a
-/// few batches ready: a few thousand lines in flight per stream. Batches of twice
-/// as many lines (64 KiB chunks) took peak memory from 16 to 58 MiB on the 1 M-event
-/// dataset: the allocator gives such large blocks, freed by another thread, back
-/// only late.
+/// A read-ahead thread hands over the lines of as many chunks as make at least this
+/// many (two of the generator's, about 600 lines), and may have a few batches ready:
+/// a few thousand lines in flight per stream. On one core, each batch handed over
+/// costs a switch between threads each way: batches of one chunk's lines switched
+/// twice as often, and ran 2 % slower on the 1 M-event dataset. (Batches that were
+/// freed by the processing thread, not given back, took peak memory from 16 to 58
+/// MiB at this size: the allocator takes large blocks freed by another thread back
+/// only late. Given back, 22 MiB.)
 const BATCH_LINES: usize = CHUNK_BYTES / 64;
 const BATCHES_AHEAD: usize = 4;
 
 /// A stream read and parsed on a thread of its own, ahead of its consumer.
 pub struct ReadAhead {
     source: Source,
-    batches: Receiver<Vec<io::Result<Line>>>,
-    batch: std::vec::IntoIter<io::Result<Line>>,
+    batches: Receiver<Batch>,
+    /// The batch being taken, last line first (so a line is taken with a `pop`).
+    batch: Batch,
+    /// Batches taken go back to the thread to be filled again: no batch is allocated
+    /// on one thread and freed on another, which the allocator reclaims late.
+    emptied: SyncSender<Batch>,
     thread: Option<JoinHandle<()>>,
 }
+
+type Batch = Vec<io::Result<Line>>;
 
 impl ReadAhead {
     pub fn from_file(source: Source, path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
         let (sender, batches) = mpsc::sync_channel(BATCHES_AHEAD);
+        // Room for every batch there is, so giving one back never waits.
+        let (emptied, to_fill) = mpsc::sync_channel::<Batch>(BATCHES_AHEAD + 2);
         let thread = std::thread::Builder::new().name(format!("read-{}", source.name())).spawn(move || {
             let mut reader = StreamReader::from_reader(source, file);
             loop {
-                let mut batch = Vec::with_capacity(BATCH_LINES);
-                reader.parse_next(|line| batch.push(line));
+                let mut batch = to_fill.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_LINES));
+                while batch.len() < BATCH_LINES && reader.more == More::Yes {
+                    reader.parse_next(|line| batch.push(line));
+                }
+                batch.reverse();
                 if !batch.is_empty() && sender.send(batch).is_err() || reader.more == More::No {
                     return;
                 }
             }
         })?;
-        Ok(ReadAhead { source, batches, batch: Vec::new().into_iter(), thread: Some(thread) })
+        Ok(ReadAhead { source, batches, batch: Vec::new(), emptied, thread: Some(thread) })
     }
 
     pub fn next_line(&mut self) -> Option<io::Result<Line>> {
         self.peek()?;
-        self.batch.next()
+        self.batch.pop()
     }
 
     /// The line `next_line` would give, left in place.
     fn peek(&mut self) -> Option<&io::Result<Line>> {
-        while self.batch.as_slice().is_empty() {
-            self.batch = match self.batches.recv() {
-                Ok(batch) => batch.into_iter(),
+        while self.batch.is_empty() {
+            let taken = match self.batches.recv() {
+                Ok(batch) => std::mem::replace(&mut self.batch, batch),
                 // The thread is done: at the end of its file, or because it failed,
                 // which must not pass for the end.
                 Err(_) => {
@@ -334,11 +347,14 @@ impl ReadAhead {
                         return None;
                     }
                     let message = format!("reading the {} stream failed (its thread panicked)", self.source.name());
-                    vec![Err(io::Error::other(message))].into_iter()
+                    self.batch.push(Err(io::Error::other(message)));
+                    continue;
                 }
             };
+            // Dropped here only once the thread has stopped.
+            let _ = self.emptied.try_send(taken);
         }
-        self.batch.as_slice().first()
+        self.batch.last()
     }
 }
 
