@@ -260,8 +260,8 @@ impl EmbeddedRuntime {
             return;
         }
         self.device_watermark = watermark;
-        for q in 0..self.analytics.len() {
-            self.analytics[q].advance_into(watermark, &mut self.outputs);
+        for task in &mut self.analytics {
+            task.advance_into(watermark, &mut self.outputs);
         }
         self.health.advance_into(watermark, &mut self.outputs);
     }
