@@ -194,13 +194,13 @@ impl SourceClock {
         }
     }
 
-    /// Every partition's watermark: its own, or, while it is idle, at least the
-    /// minimum over the active partitions.
-    /// One partition's watermark.
+    /// One partition's watermark, as [`SourceClock::watermarks`] gives it.
     pub fn watermark(&self, partition: usize) -> Millis {
         self.watermarks[partition]
     }
 
+    /// Every partition's watermark: its own, or, while it is idle, at least the
+    /// minimum over the active partitions.
     pub fn watermarks(&self) -> impl Iterator<Item = Millis> + '_ {
         self.watermarks.iter().copied()
     }
