@@ -808,18 +808,25 @@ impl<S: Service> Runner<S> {
         if !self.drained {
             return Ok(());
         }
-        for slot in self.silence.ended_spells(Instant::now()) {
-            if self.core.is_paused(slot) {
+        let mut ended = self.silence.ended_spells(Instant::now());
+        ended.retain(|&slot| {
+            let paused = self.core.is_paused(slot);
+            if paused {
                 self.silence.not_behind(slot);
-                continue;
             }
-            let Some(unread) = self.unread(slot) else {
-                self.silence.outage();
-                break;
-            };
-            if !self.silence.answered(Instant::now()) {
-                break;
-            }
+            !paused
+        });
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let Some(unread) = self.unread(&ended) else {
+            self.silence.outage();
+            return Ok(());
+        };
+        if !self.silence.answered(Instant::now()) {
+            return Ok(());
+        }
+        for (slot, unread) in ended.into_iter().zip(unread) {
             match unread {
                 Unread { waiting: 0, .. } => {
                     self.silence.not_behind(slot);
@@ -864,15 +871,10 @@ impl<S: Service> Runner<S> {
             return;
         }
         self.idle_markers_repeated = Instant::now();
-        let mut read_to_end = BTreeSet::new();
-        for (task, slots) in self.core.idle_tasks() {
-            match self.read_to_end(&slots) {
-                None => return,
-                Some(true) => _ = read_to_end.insert(task),
-                Some(false) => {}
-            }
+        let idle = self.core.idle_tasks();
+        if let Some(answers) = self.read_to_end(idle) {
+            self.repeat_idle = Some(answers.into_iter().filter_map(|(task, done)| done.then_some(task)).collect());
         }
-        self.repeat_idle = Some(read_to_end);
     }
 
     /// A task asked a generation that it cannot vouch for on its own (see
@@ -892,50 +894,83 @@ impl<S: Service> Runner<S> {
             return;
         }
         self.next_ask_check = now + ASK_CHECK_INTERVAL;
-        for (task, slots) in tasks {
-            match self.read_to_end(&slots) {
-                // Each unanswered query blocks the loop: ask no sooner than it waited.
-                None => {
-                    self.next_ask_check = Instant::now() + END_OFFSET_TIMEOUT;
-                    return;
+        match self.read_to_end(tasks) {
+            // An unanswered query blocks the loop: ask no sooner than it waited.
+            None => self.next_ask_check = Instant::now() + END_OFFSET_TIMEOUT,
+            Some(answers) => {
+                for (task, done) in answers {
+                    if done {
+                        self.core.verified(task);
+                    }
                 }
-                Some(true) => self.core.verified(task),
-                Some(false) => {}
             }
         }
     }
 
-    /// Whether the broker says every one of `slots` is read to its end; `None` if it
-    /// does not answer (the silence watch is told: see `Silence::outage`).
-    fn read_to_end(&mut self, slots: &[Slot]) -> Option<bool> {
-        for &slot in slots {
-            let Some(unread) = self.unread(slot) else {
-                self.silence.outage();
-                return None;
-            };
-            if unread.waiting > 0 {
-                return Some(false);
-            }
-        }
-        Some(true)
+    /// For each task with its partitions, whether the broker says every one of them
+    /// is read to its end; `None` if it does not answer (the silence watch is told:
+    /// see `Silence::outage`).
+    fn read_to_end(&mut self, tasks: Vec<(i32, Vec<Slot>)>) -> Option<Vec<(i32, bool)>> {
+        let slots: Vec<Slot> = tasks.iter().flat_map(|(_, slots)| slots.iter().copied()).collect();
+        let Some(unread) = self.unread(&slots) else {
+            self.silence.outage();
+            return None;
+        };
+        let waiting: BTreeSet<Slot> =
+            slots.into_iter().zip(unread).filter(|(_, u)| u.waiting > 0).map(|(s, _)| s).collect();
+        Some(tasks.into_iter().map(|(task, slots)| (task, !slots.iter().any(|s| waiting.contains(s)))).collect())
     }
 
-    /// How far a partition has been read and how many records wait after that, as
-    /// the broker says now (`None`: no answer). The position is the consumer's own
+    /// How far each of `slots` has been read and how many records wait after that,
+    /// as the broker says now (`None`: no answer). The position is the consumer's own
     /// where it has one: it moves past the offsets never delivered under
     /// read_committed (transaction markers, aborted records), and a seek clears it.
     /// The end is the last stable offset (librdkafka asks with the consumer's
     /// isolation level), so records of a transaction still open do not count.
-    fn unread(&self, slot @ (i, p): Slot) -> Option<Unread> {
-        let (start, end) = self.consumer.fetch_watermarks(&self.topics[i].0, p, END_OFFSET_TIMEOUT).ok()?;
-        let consumer_position =
-            self.consumer.position().ok().and_then(|tpl| match tpl.find_partition(&self.topics[i].0, p)?.offset() {
+    fn unread(&self, slots: &[Slot]) -> Option<Vec<Unread>> {
+        if slots.is_empty() {
+            return Some(Vec::new());
+        }
+        let ends = self.broker_offsets(slots, Offset::End)?;
+        let positions = self.consumer.position().ok();
+        let consumer_position = |(i, p): Slot| match positions.as_ref()?.find_partition(&self.topics[i].0, p)?.offset()
+        {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        };
+        let read: Vec<Option<i64>> =
+            slots.iter().map(|&slot| consumer_position(slot).max(self.core.position(slot))).collect();
+        // Nothing read yet: the partition's first offset is where reading starts.
+        let unstarted: Vec<Slot> = slots.iter().zip(&read).filter(|(_, r)| r.is_none()).map(|(&s, _)| s).collect();
+        let mut starts = self.broker_offsets(&unstarted, Offset::Beginning)?.into_iter();
+        let unread = read.into_iter().zip(ends).map(|(read, end)| {
+            let read = read.or_else(|| starts.next()).unwrap_or(end);
+            Unread { read, waiting: (end - read).max(0) }
+        });
+        Some(unread.collect())
+    }
+
+    /// The offsets of `slots` at `Offset::Beginning` or `Offset::End`, in one
+    /// `ListOffsets` request to each broker that leads any of them: a member asks
+    /// about all its silent partitions at once, and a query blocks its loop.
+    fn broker_offsets(&self, slots: &[Slot], at: Offset) -> Option<Vec<i64>> {
+        if slots.is_empty() {
+            return Some(Vec::new());
+        }
+        let mut query = TopicPartitionList::new();
+        for &(i, p) in slots {
+            query.add_partition_offset(&self.topics[i].0, p, at).ok()?;
+        }
+        let answer = self.consumer.offsets_for_times(query, END_OFFSET_TIMEOUT).ok()?;
+        let offset = |(i, p): Slot| {
+            let element = answer.find_partition(&self.topics[i].0, p)?;
+            element.error().ok()?;
+            match element.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
-            });
-        // Nothing read yet: the partition's first offset is where reading starts.
-        let read = consumer_position.max(self.core.position(slot)).unwrap_or(start);
-        Some(Unread { read, waiting: (end - read).max(0) })
+            }
+        };
+        slots.iter().map(|&slot| offset(slot)).collect()
     }
 
     /// Pauses the partitions that ran too far ahead of their task, resumes those back
