@@ -189,14 +189,13 @@ impl<O: Operator> Task<O> {
     /// readers leave an idle writer out of their watermark, and use what it last
     /// said only once every other input has ended (see `advance_watermarks`), where
     /// a stale value holds them back no further than the writer's own end: so while
-    /// it stays idle, its end is news, and its idleness with where it is only when
-    /// asked to repeat it (see [`TaskCore::prepare_commit`]). Otherwise every commit
-    /// of a stage fed keyed input would write every repartition partition, a produce
-    /// request each.
-    fn source_news(&self, watermark: Millis, idle: bool, repeat: bool) -> bool {
+    /// it stays idle, its end is news, and its idleness with where it is only as
+    /// the answer to a generation a reader asked (see `markers`). Otherwise every
+    /// commit of a stage fed keyed input would write every repartition partition, a
+    /// produce request each.
+    fn source_news(&self, watermark: Millis, idle: bool) -> bool {
         self.answered > self.sent_answered
             || idle != self.sent_source_idle
-            || (idle && repeat)
             || (watermark > self.sent_source_watermark && (!idle || watermark == END_OF_TIME))
     }
 }
@@ -735,8 +734,9 @@ impl<S: Service> TaskCore<S> {
     /// Resuming on a source or repartition partition also asks the task's
     /// repartition writers a new generation ([`TaskCore::ask`]): a task whose keys
     /// come only through the repartition topics (its own partitions get no records)
-    /// must not be released by an idle writer's repeat written before that writer's
-    /// input came.
+    /// must not be released by an idle writer's marker written before that writer's
+    /// input came. The writers' answers are also what releases a repartition
+    /// partition held here: they do not repeat their idleness there otherwise.
     fn resume(&mut self, id: i32, from: Slot) {
         if !matches!(self.inputs[from.0].kind, InputKind::Upstream) && self.inputs.iter().any(Input::is_repartition) {
             self.ask(id);
@@ -1003,14 +1003,15 @@ impl<S: Service> TaskCore<S> {
 
     /// The markers, changelog writes and offsets of a commit. Calling it again before
     /// [`TaskCore::committed`] or [`TaskCore::abort`] gives only what changed since.
-    /// With `repeat` (the shell asks every half idle timeout), idle tasks say again
-    /// that they are idle: readers that took their idleness back when other input
-    /// resumed wait for it (see [`TaskCore::resume`]), and it keeps those readers'
-    /// partitions from going silent (each silent spell costs a reader a query to the
-    /// broker). On the repartition topics every task that does not forward says it,
-    /// with where its source watermark has got to: it says how its input is keyed,
-    /// not that nothing is to come. Downstream only the tasks in `repeat` do, those
-    /// whose inputs the broker says are read to their end ([`TaskCore::idle_tasks`]).
+    /// With `repeat` (the shell asks every half idle timeout), the idle tasks in it,
+    /// those whose inputs the broker says are read to their end
+    /// ([`TaskCore::idle_tasks`]), say again downstream that they are idle: readers
+    /// that took their idleness back when other input resumed wait for it (see
+    /// [`TaskCore::resume`]), and it keeps those readers' partitions from going
+    /// silent. Not on the repartition topics: a reader there takes its writers'
+    /// idleness back only with an ask, and their answers are what it waits for. A
+    /// repeat there put every repartition partition into one transaction of every
+    /// member at once: at 20 000 events/s, bursts of 100–300 ms in the hops' p99.
     pub fn prepare_commit(&mut self, repeat: Option<&BTreeSet<i32>>) -> CommitBatch {
         let mut batch = CommitBatch::default();
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
@@ -1023,7 +1024,7 @@ impl<S: Service> TaskCore<S> {
             let task = self.tasks.get_mut(&id).expect("a listed task");
             task.answered = task.answered.max(answer);
             if let Some((watermark, idle)) = source {
-                if task.source_news(watermark, idle, repeat.is_some()) {
+                if task.source_news(watermark, idle) {
                     let generation = task.answered;
                     batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle, generation });
                     task.sent_source_watermark = task.sent_source_watermark.max(watermark);

@@ -21,14 +21,15 @@
 //! repartition topic, idle says that a writer forwards nothing, which only its own
 //! forwarding takes back: see `TaskCore::resume`.)
 //!
-//! On the repartition topics a repeat must also be known to come after the resumption
-//! it answers: one written just before another task's input came, and read just
-//! after, says nothing of that input. So a task whose source input resumes asks
+//! On the repartition topics the repeat must also be known to come after the
+//! resumption it answers: one written just before another task's input came, and
+//! read just after, says nothing of that input. So a task whose input resumes asks
 //! its writers a new generation (a fourth header on its markers), and holds its
-//! source records until every writer has answered it. A writer answers at once if
-//! its markers bound what it forwards (none of its source partitions is idle, and
-//! it knows from records how its input is keyed), else once the broker says its
-//! source partitions are read to their end.
+//! source records until every writer has answered it; the answers are the only
+//! repeat there. A writer answers at once if its markers bound what it forwards
+//! (none of its source partitions is idle, and it knows from records how its input
+//! is keyed), else once the broker says its source partitions are read to their
+//! end.
 //!
 //! Whoever produces the input topics (the generator, after a dataset) may write a
 //! marker without a task header to say a partition has ended: its watermark is then
