@@ -928,9 +928,6 @@ impl<S: Service> Runner<S> {
     /// The end is the last stable offset (librdkafka asks with the consumer's
     /// isolation level), so records of a transaction still open do not count.
     fn unread(&self, slots: &[Slot]) -> Option<Vec<Unread>> {
-        if slots.is_empty() {
-            return Some(Vec::new());
-        }
         let ends = self.broker_offsets(slots, Offset::End)?;
         let positions = self.consumer.position().ok();
         let consumer_position = |(i, p): Slot| match positions.as_ref()?.find_partition(&self.topics[i].0, p)?.offset()
@@ -944,7 +941,7 @@ impl<S: Service> Runner<S> {
         let unstarted: Vec<Slot> = slots.iter().zip(&read).filter(|(_, r)| r.is_none()).map(|(&s, _)| s).collect();
         let mut starts = self.broker_offsets(&unstarted, Offset::Beginning)?.into_iter();
         let unread = read.into_iter().zip(ends).map(|(read, end)| {
-            let read = read.or_else(|| starts.next()).unwrap_or(end);
+            let read = read.or_else(|| starts.next()).expect("a start offset for every partition not read yet");
             Unread { read, waiting: (end - read).max(0) }
         });
         Some(unread.collect())
