@@ -94,6 +94,15 @@ struct Unread {
     waiting: i64,
 }
 
+/// An offset the broker or the consumer gave as a number (not `Beginning`, `End`,
+/// `Invalid`...).
+fn concrete(offset: Offset) -> Option<i64> {
+    match offset {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
 /// The parts a member runs with besides its settings: where it counts, reports and
 /// shows it is alive.
 pub struct Observers {
@@ -940,11 +949,8 @@ impl<S: Service> Runner<S> {
     fn unread(&self, slots: &[Slot]) -> Option<Vec<Unread>> {
         let ends = self.broker_offsets(slots, Offset::End)?;
         let positions = self.consumer.position().ok();
-        let consumer_position = |(i, p): Slot| match positions.as_ref()?.find_partition(&self.topics[i].0, p)?.offset()
-        {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        };
+        let consumer_position =
+            |(i, p): Slot| concrete(positions.as_ref()?.find_partition(&self.topics[i].0, p)?.offset());
         let read: Vec<Option<i64>> =
             slots.iter().map(|&slot| consumer_position(slot).max(self.core.position(slot))).collect();
         // Nothing read yet: the partition's first offset is where reading starts.
@@ -972,10 +978,7 @@ impl<S: Service> Runner<S> {
         let offset = |(i, p): Slot| {
             let element = answer.find_partition(&self.topics[i].0, p)?;
             element.error().ok()?;
-            match element.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            }
+            concrete(element.offset())
         };
         slots.iter().map(|&slot| offset(slot)).collect()
     }
