@@ -632,9 +632,8 @@ mod tests {
 
     #[test]
     fn a_folder_without_any_stream_file_is_a_clear_error() {
-        let dir = std::env::temp_dir().join(format!("vigil-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let err = MergedInput::from_dir(&dir).err().unwrap().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let err = MergedInput::from_dir(dir.path()).err().unwrap().to_string();
         assert!(err.contains("vigil-generator --out"), "{err}");
     }
 }

@@ -1,7 +1,9 @@
 //! The runner as a user meets it: its command line, its files and its messages.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use tempfile::TempDir;
 
 fn pipeline(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil-pipeline"));
@@ -12,11 +14,9 @@ fn pipeline(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("vigil-pipeline runs")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vigil-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A folder of the test's own, removed when it is dropped.
+fn scratch(name: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("vigil-cli-{name}-")).tempdir().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -50,9 +50,10 @@ fn no_arguments_runs_the_planted_dataset_and_prints_every_tagged_kind() {
 
 #[test]
 fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
-    let dir = scratch("bad-lines");
+    let tmp = scratch("bad-lines");
+    let dir = tmp.path();
     write(
-        &dir,
+        dir,
         "orders.ndjson",
         &[
             r#"{"order_id":"o1","customer_id":"c1","order_amount":10.0,"order_ts":1000,"country":"US"}"#,
@@ -60,7 +61,7 @@ fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
         ],
     );
     write(
-        &dir,
+        dir,
         "payments.ndjson",
         &[
             r#"{"payment_id":"p1","order_id":"o1","paid_amount":10.0,"payment_ts":1500,"method":"card"}"#,
@@ -68,11 +69,7 @@ fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
             r#"{"payment_id":"p3","order_id":"o1","payment_ts":1700,"method":"card"}"#,
         ],
     );
-    write(
-        &dir,
-        "devices.ndjson",
-        &[r#"{"device_id":"d","site_id":"s","event_type":"boom","status":"x","event_ts":1}"#],
-    );
+    write(dir, "devices.ndjson", &[r#"{"device_id":"d","site_id":"s","event_type":"boom","status":"x","event_ts":1}"#]);
     let out = pipeline(&["--input", dir.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -88,7 +85,8 @@ fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
 
 #[test]
 fn an_output_folder_gets_one_ndjson_file_per_kind() {
-    let dir = scratch("output");
+    let tmp = scratch("output");
+    let dir = tmp.path();
     let out = pipeline(&["--quiet", "--output", dir.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty(), "--quiet prints no tagged lines");
@@ -101,7 +99,8 @@ fn an_output_folder_gets_one_ndjson_file_per_kind() {
 
 #[test]
 fn parameters_change_without_recompiling_and_print_config_shows_them() {
-    let dir = scratch("config");
+    let tmp = scratch("config");
+    let dir = tmp.path();
     std::fs::write(dir.join("vigil.toml"), "[health]\nmax_event_gap_ms = 20000\n").unwrap();
     let config = dir.join("vigil.toml");
     let out = pipeline(
@@ -121,7 +120,8 @@ fn parameters_change_without_recompiling_and_print_config_shows_them() {
 
 #[test]
 fn the_kafka_clients_security_settings_share_the_file_and_never_print() {
-    let dir = scratch("secured-config");
+    let tmp = scratch("secured-config");
+    let dir = tmp.path();
     let config = dir.join("vigil.toml");
     std::fs::write(
         &config,
@@ -151,8 +151,9 @@ fn mistakes_get_a_clear_message_and_a_failing_exit_code() {
 
 #[test]
 fn a_generated_folder_gives_what_the_built_in_dataset_gives() {
-    let dir = scratch("generated");
-    vigil_datagen::Dataset::planted(2, 11).write_to(&dir).unwrap();
+    let tmp = scratch("generated");
+    let dir = tmp.path();
+    vigil_datagen::Dataset::planted(2, 11).write_to(dir).unwrap();
     let from_folder = pipeline(&["--input", dir.to_str().unwrap()], &[]);
     let built_in = pipeline(&["--scale", "2", "--seed", "11"], &[]);
     assert!(from_folder.status.success() && built_in.status.success());

@@ -347,9 +347,8 @@ mod tests {
 
     #[test]
     fn file_then_environment_override_defaults() {
-        let dir = std::env::temp_dir().join(format!("vigil-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("vigil.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vigil.toml");
         std::fs::write(&path, "[join]\njoin_window_seconds = 15\n[health]\nmax_event_gap_ms = 9000\n").unwrap();
         let c = Config::load(
             Some(&path),
@@ -364,9 +363,8 @@ mod tests {
 
     #[test]
     fn a_misspelt_file_key_is_an_error_naming_it() {
-        let dir = std::env::temp_dir().join(format!("vigil-config-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("vigil.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vigil.toml");
         std::fs::write(&path, "[join]\njoin_window_secs = 15\n").unwrap();
         let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
         assert!(err.contains("join_window_secs"), "{err}");
