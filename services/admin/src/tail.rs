@@ -1,6 +1,7 @@
 //! `vigil-admin tail TOPIC…`: output topics in the seed's tagged NDJSON form, reading
 //! only committed records.
 
+use std::io::{self, BufWriter, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -30,9 +31,28 @@ pub fn run(consumer: &BaseConsumer, registry_url: &str, names: &[String], idle_e
     }
     consumer.assign(&tpl)?;
     let codec = Codec::new(registry_url)?;
+    match print(consumer, &codec, idle_exit_secs) {
+        // The reader went away (`vigil-admin tail … | head`): nothing left to do.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        result => Ok(result?),
+    }
+}
+
+fn print(consumer: &BaseConsumer, codec: &Codec, idle_exit_secs: Option<u64>) -> io::Result<()> {
+    // Buffered, and flushed whenever no record is waiting: a write per line cost
+    // 1.2 s of system time on a million records, and a follower still sees every
+    // line as soon as nothing more is waiting behind it.
+    let mut out = BufWriter::new(io::stdout().lock());
     let mut last = Instant::now();
     loop {
-        match consumer.poll(Duration::from_millis(200)) {
+        let next = match consumer.poll(Duration::ZERO) {
+            Some(next) => Some(next),
+            None => {
+                out.flush()?;
+                consumer.poll(Duration::from_millis(200))
+            }
+        };
+        match next {
             Some(Ok(m)) => {
                 last = Instant::now();
                 if markers::read(&m).is_some() {
@@ -40,7 +60,7 @@ pub fn run(consumer: &BaseConsumer, registry_url: &str, names: &[String], idle_e
                 }
                 let topic = topics::by_name(m.topic()).expect("an assigned topic");
                 match codec.decode_value(m.payload().unwrap_or_default()) {
-                    Ok(value) => println!("{}", tagged_line(topic, &value)),
+                    Ok(value) => writeln!(out, "{}", tagged_line(topic, &value))?,
                     Err(e) => {
                         eprintln!("vigil-admin: {} partition {} offset {}: {e}", m.topic(), m.partition(), m.offset())
                     }
@@ -50,7 +70,7 @@ pub fn run(consumer: &BaseConsumer, registry_url: &str, names: &[String], idle_e
             None => {}
         }
         if idle_exit_secs.is_some_and(|s| last.elapsed() >= Duration::from_secs(s)) {
-            return Ok(());
+            return out.flush();
         }
     }
 }

@@ -8,6 +8,8 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader, Read};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -289,6 +291,37 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
     assert!(dead.iter().any(|d| d.contains("not an Avro value")), "{dead:#?}");
     assert!(dead.iter().any(|d| d.contains("wrong shape")), "{dead:#?}");
     assert_eq!(ontime.len(), 1, "the valid event after them is processed");
+}
+
+/// `vigil-admin tail … | head`: the reader goes away in the middle of a backlog, and
+/// tail stops quietly, with success: no panic, and no following on for nobody.
+#[test]
+#[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]
+fn tail_stops_quietly_when_its_reader_goes_away() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stack = Stack::fresh(RUN_PREFIX);
+    // Some 2 500 lines, far more than a pipe holds: tail still has some to write
+    // once its reader is gone.
+    assert!(stack.generator(&["--scale", "5"]).status().unwrap().success());
+    let mut tail =
+        stack.admin(&["tail", "orders", "payments"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(tail.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("ORDERS> ") || first.starts_with("PAYMENTS> "), "{first}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = tail.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            tail.kill().unwrap();
+            panic!("tail went on with no one reading its output");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    tail.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success() && !stderr.contains("panicked"), "{status}: {stderr}");
 }
 
 /// librdkafka reports a record it gives up on only in its delivery report: a producer
