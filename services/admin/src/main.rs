@@ -76,19 +76,14 @@ fn run(args: Args) -> Result<()> {
     if let Command::Reset(reset) = args.command {
         return reset::run(reset, &args.bootstrap_servers, &config);
     }
-    let consumer: BaseConsumer = connection::client_config(&args.bootstrap_servers)
+    let mut consumer_config = connection::client_config(&args.bootstrap_servers);
+    consumer_config
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         // Assigned partitions only; the group is never joined or committed to.
-        .set("group.id", format!("vigil-admin-{}", std::process::id()))
-        // Fetch a partition again within 10 ms of its queue draining, not after
-        // librdkafka's default second: tailing a backlog of a million records took
-        // 6.7 s, idle most of it, where it now takes 2.7 s unbuffered (the services'
-        // members do the same, `vigil_kafka::runner`).
-        .set("queued.min.messages", "20000")
-        .set("fetch.queue.backoff.ms", "10")
-        .create()
-        .context("cannot create a Kafka client")?;
+        .set("group.id", format!("vigil-admin-{}", std::process::id()));
+    let consumer: BaseConsumer =
+        connection::fetch_again_when_drained(&mut consumer_config).create().context("cannot create a Kafka client")?;
     match args.command {
         Command::Provision { replication } => {
             let admin: AdminClient<DefaultClientContext> = connection::client_config(&args.bootstrap_servers)

@@ -206,17 +206,8 @@ impl<S: Service> Runner<S> {
             // CPU in the keyed throughput run. What the wait costs in latency was lost
             // in the runs' noise, at 2 000 events/s and 20 000 (README, Performance).
             .set("fetch.min.bytes", "65536")
-            .set("fetch.wait.max.ms", "20")
-            // librdkafka stops fetching a partition with this many records queued,
-            // and then waits `fetch.queue.backoff.ms` (a second by default) before
-            // fetching it again, however soon the loop empties it. A member reading
-            // a backlog (pre-loaded topics, a replay, a restart behind) hit that
-            // pause on partition after partition, and more so as it paused those
-            // that ran ahead: the keyed throughput run's machine sat half idle for
-            // seconds, and took 12-16 s where it now takes 6-7 (README,
-            // Performance). A smaller queue keeps the member's memory as it was.
-            .set("queued.min.messages", "20000")
-            .set("fetch.queue.backoff.ms", "10");
+            .set("fetch.wait.max.ms", "20");
+        connection::fetch_again_when_drained(&mut consumer_config);
         if service.parallelism() == Parallelism::PerPartition {
             // Static membership: a restarted member (same name) takes its partitions
             // back at once instead of waiting for the dead one's session to expire.
