@@ -100,6 +100,15 @@ impl<K: Hash + Eq + Clone, V> KeyedState<K, V> {
         value
     }
 
+    /// Starts loading the key's entry from memory (see [`ShardedMap::prefetch`]).
+    pub fn prefetch<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.values.prefetch(key)
+    }
+
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,

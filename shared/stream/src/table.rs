@@ -20,6 +20,9 @@ use rustc_hash::FxBuildHasher;
 
 const SHARD_BITS: u32 = 6;
 pub const SHARDS: usize = 1 << SHARD_BITS;
+/// Below this many bytes of entries a map is not prefetched from (a server's cache
+/// holds most of it).
+const PREFETCH_FROM_BYTES: usize = 8 << 20;
 
 #[derive(Debug, Clone)]
 pub struct ShardedMap<K, V> {
@@ -84,6 +87,51 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         }
     }
 
+    /// Starts loading the memory where `key` is, or would be inserted, without waiting
+    /// for it: in a table of millions of keys each new key is a miss in every cache,
+    /// and misses asked for together overlap instead of following one another. Only
+    /// a hint: a wrong address costs nothing but the load.
+    pub fn prefetch<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let size = std::mem::size_of::<(K, V)>();
+        if self.len * size < PREFETCH_FROM_BYTES {
+            return; // mostly in cache: the hint would cost more than it saves
+        }
+        if let Some((control, bucket)) = self.probe_start(key) {
+            for address in [control, bucket, bucket.wrapping_add(size - 1)] {
+                prefetch(address);
+            }
+        }
+    }
+
+    /// Where a probe for `key` starts: its first control byte, and the bucket that
+    /// goes with it (the key is there, or in one of the next few, or goes there).
+    /// `None` for a table less than a quarter full, where finding the addresses could
+    /// take a long scan; such a table is small or emptied, and its misses few.
+    fn probe_start<Q>(&self, key: &Q) -> Option<(*const u8, *const u8)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = hash_of(key);
+        let shard = &self.shards[shard_of(hash)];
+        if shard.len() * 4 < shard.num_buckets() {
+            return None;
+        }
+        // hashbrown keeps a table's control bytes (one a bucket) at one address and
+        // its buckets just below it, bucket i ending i entries below; any stored
+        // entry tells that address. A probe starts at the hash's low bits.
+        let index = shard.iter_buckets().next()?;
+        let stored = std::ptr::from_ref(shard.get_bucket(index)?).cast::<u8>();
+        let size = std::mem::size_of::<(K, V)>();
+        let control = stored.wrapping_add((index + 1) * size);
+        let start = hash as usize & (shard.num_buckets() - 1);
+        Some((control.wrapping_add(start), control.wrapping_sub((start + 1) * size)))
+    }
+
     /// Sets the key's value, returning the one it replaced.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let hash = hash_of(&key);
@@ -129,6 +177,17 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+fn prefetch(address: *const u8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY: a prefetch reads nothing the program sees and never faults, whatever
+    // the address.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn prefetch(_: *const u8) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +220,30 @@ mod tests {
         expected.sort();
         assert_eq!(entries, expected);
         assert_eq!(map.get("cust-1"), expected.iter().find(|(k, _)| k == "cust-1").map(|(_, v)| v));
+    }
+
+    /// The addresses a prefetch asks for are where the keys are: a key is in the
+    /// bucket its probe starts at or in the same group of 16 after it, unless that
+    /// group was full (a test of what `probe_start` assumes of hashbrown's layout).
+    #[test]
+    fn a_prefetch_asks_for_where_the_key_is() {
+        let mut map = ShardedMap::<String, [u64; 4]>::default();
+        let keys: Vec<String> = (0..100_000).map(|i| format!("cust-{i}")).collect();
+        for key in &keys {
+            map.get_or_insert_with(key.as_str(), str::to_string, || [0; 4]);
+        }
+        let size = std::mem::size_of::<(String, [u64; 4])>();
+        let found = keys
+            .iter()
+            .filter(|key| {
+                let (_, bucket) = map.probe_start(key.as_str()).expect("tables more than a quarter full");
+                let hash = hash_of(key.as_str());
+                let shard = &map.shards[shard_of(hash)];
+                let index = shard.find_bucket_index(hash, |(k, _)| k == *key).expect("stored");
+                let stored = std::ptr::from_ref(shard.get_bucket(index).expect("stored")) as usize;
+                (0..16).any(|ahead| stored + ahead * size == bucket as usize)
+            })
+            .count();
+        assert!(found * 10 >= keys.len() * 9, "{found} of {} keys where their probe starts", keys.len());
     }
 }
