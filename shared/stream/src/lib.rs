@@ -9,6 +9,7 @@ pub mod operator;
 pub mod panes;
 pub mod partition;
 pub mod retention;
+mod slots;
 pub mod source_clock;
 pub mod state;
 mod table;
