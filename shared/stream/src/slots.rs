@@ -32,6 +32,9 @@ impl<K, V> Default for SlotTable<K, V> {
 }
 
 impl<K, V> SlotTable<K, V> {
+    /// The size of one slot, in bytes.
+    pub const SLOT_BYTES: usize = std::mem::size_of::<Option<Slot<K, V>>>();
+
     /// A table that takes `keys` keys without growing.
     pub fn with_capacity(keys: usize) -> Self {
         let mut table = SlotTable::default();
@@ -141,9 +144,6 @@ impl<K, V> SlotTable<K, V> {
     pub fn first_slot(&self, hash: u64) -> Option<*const u8> {
         (!self.slots.is_empty()).then(|| self.slots.as_ptr().wrapping_add(hash as usize & self.mask()).cast())
     }
-
-    /// The size of one slot, in bytes.
-    pub const SLOT_BYTES: usize = std::mem::size_of::<Option<Slot<K, V>>>();
 
     fn remove_at(&mut self, hole: usize) -> Option<Slot<K, V>> {
         let removed = self.slots[hole].take()?;

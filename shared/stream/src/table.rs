@@ -51,9 +51,8 @@ fn hash_of<Q: Hash + ?Sized>(key: &Q) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
-/// Middle bits pick the shard: a table takes its place from the low bits (and
-/// hashbrown its tag from the top seven), and both must still vary among one
-/// shard's keys.
+/// Middle bits pick the shard: a shard's slot table takes a key's first slot from
+/// the low bits, which must still vary among one shard's keys.
 fn shard_of(hash: u64) -> usize {
     (hash >> 32) as usize & (SHARDS - 1)
 }
