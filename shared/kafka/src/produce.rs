@@ -460,23 +460,25 @@ impl Tally {
 /// it cannot be the one to serve them.
 pub type Kafka = ThreadedProducer<DefaultProducerContext>;
 
-/// Waits, up to `timeout`, until every record sent so far has its delivery report
-/// (`false`: some still have none). rust-rdkafka's `flush` polls in 100 ms steps that
-/// each run their full length, so a commit that left it to `commit_transaction`
-/// waited 100 ms whenever a record was still in flight; this checks every
-/// millisecond, and the flush inside the commit then finds nothing to wait for.
+/// Sends at once every record the producer holds (`linger.ms` is set aside while
+/// this waits) and waits, up to `timeout`, until each has its delivery report
+/// (`false`: some still have none). A commit's changelog records and markers are
+/// produced just before it, and would otherwise wait out the linger first.
+/// rust-rdkafka's `flush` (which its `commit_transaction` calls first) polls for the
+/// reports in 100 ms steps that each run their full length, since the producer's own
+/// thread takes them; librdkafka's, in the event mode rust-rdkafka uses, waits on its
+/// count of records held and wakes when that reaches zero. The flush inside the
+/// commit then finds nothing to wait for.
 pub(crate) fn await_deliveries<C: ProducerContext + 'static>(
     producer: &ThreadedProducer<C>,
     timeout: Duration,
 ) -> bool {
-    let deadline = Instant::now() + timeout;
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    true
+    use rdkafka::bindings::{rd_kafka_flush, rd_kafka_resp_err_t};
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the client handle lives as long as `producer`, and librdkafka's flush
+    // may be called from any thread.
+    let err = unsafe { rd_kafka_flush(producer.client().native_ptr(), ms) };
+    err == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
 }
 
 /// Produces a record, waiting for room when the producer's queue is full.
