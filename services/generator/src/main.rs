@@ -201,8 +201,16 @@ fn now_ms() -> Millis {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as Millis)
 }
 
+/// How far ahead of its rate the generator runs before it sleeps.
+const PACE_GRAIN: Duration = Duration::from_millis(1);
+
 /// Holds a producer to a rate (paced against the start, so one slow send does not slow
 /// the average) and reports progress every few seconds.
+///
+/// It sleeps only once it is a millisecond ahead: at 20 000 records/s a sleep after
+/// each record (50 µs) kept the generator at 0.15 of a core, mostly in wake-ups, where
+/// it now takes 0.08, on the cores the broker and the services share. The records of
+/// a millisecond go together; each is stamped when it is sent.
 struct Pace {
     rate: f64,
     started: Instant,
@@ -220,7 +228,7 @@ impl Pace {
         self.count += 1;
         if self.rate > 0.0 {
             let due = Duration::from_secs_f64(self.count as f64 / self.rate);
-            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            if let Some(wait) = due.checked_sub(self.started.elapsed()).filter(|&wait| wait >= PACE_GRAIN) {
                 std::thread::sleep(wait);
             }
         }
