@@ -1,7 +1,8 @@
 //! End-to-end latency of the Kafka services, for scripts/bench-kafka.sh: reads an
 //! input topic and the output topic it feeds (read_committed, from the end), and for
 //! each output record computes the time from its input record's production (the
-//! input's Kafka timestamp) to the moment the output is readable, i.e. committed.
+//! input's Kafka timestamp) to the moment the output is readable, i.e. committed: its
+//! reader of the outputs has each fetch answered as soon as records become readable.
 //! Two hops too: payment → amount anomaly (join-enrich, then payment-anomalies), which
 //! also holds the event-time wait of the amount rule (it scores payments in event-time
 //! order, once the watermark has passed them); enriched → anomaly shows that hop alone.
@@ -90,34 +91,72 @@ fn partitions(consumer: &BaseConsumer, topic: &str) -> u32 {
     metadata.topics().first().map_or(0, |t| t.partitions().len() as u32).max(1)
 }
 
-fn main() {
-    let seconds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
-    let bootstrap = std::env::var("VIGIL_BOOTSTRAP_SERVERS").expect("VIGIL_BOOTSTRAP_SERVERS");
-    let codec = Codec::new(&std::env::var("VIGIL_SCHEMA_REGISTRY_URL").expect("VIGIL_SCHEMA_REGISTRY_URL")).unwrap();
+/// A read_committed reader of `topics` from their end, whose fetches the broker
+/// answers once `min_bytes` are readable or after `wait_ms`.
+fn reader(bootstrap: &str, topics: &[&str], min_bytes: &str, wait_ms: &str) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", format!("vigil-latency-{}", std::process::id()))
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("vigil-latency-{}-{}", std::process::id(), topics[0]))
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "latest")
-        // See records at most 10 ms after they are committed, not up to 500 ms later;
-        // and not in a fetch for every few records, which cost the broker more CPU
-        // than the six services' fetches together.
-        .set("fetch.min.bytes", "65536")
-        .set("fetch.wait.max.ms", "10")
+        .set("fetch.min.bytes", min_bytes)
+        .set("fetch.wait.max.ms", wait_ms)
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
+    consumer.subscribe(topics).unwrap();
     consumer
-        .subscribe(&["payments", "enriched-payments", "device-events", "device-events-ontime", "payment-anomalies"])
-        .unwrap();
-    // Input records by id, with the time they were produced; enriched payments by id,
-    // with the time they became readable.
-    let mut produced: HashMap<String, i64> = HashMap::new();
-    let mut enriched: HashMap<String, i64> = HashMap::new();
+}
+
+/// Input record id → when it was produced (its Kafka timestamp). Only the timestamps
+/// count, not when the probe reads them: its fetches wait for 64 KiB or 10 ms, since a
+/// fetch for every few records of the generator's steady stream cost the broker more
+/// CPU than the six services' fetches together.
+fn read_inputs(bootstrap: &str, codec: &Codec, end: Instant) -> HashMap<String, i64> {
+    let consumer = reader(bootstrap, &["payments", "device-events"], "65536", "10");
+    let mut produced = HashMap::new();
+    while Instant::now() < end {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else { continue };
+        let Some(created) = m.timestamp().to_millis() else { continue };
+        let payload = m.payload().unwrap_or_default();
+        let id = match m.topic() {
+            "payments" => codec.decode::<Payment>(payload).map(|p| p.payment_id.to_string()),
+            _ => codec.decode::<DeviceEvent>(payload).map(|d| device_key(&d)),
+        };
+        if let Ok(id) = id {
+            produced.insert(id, created);
+        }
+    }
+    produced
+}
+
+fn device_key(d: &DeviceEvent) -> String {
+    format!("{}@{}", d.device_id, d.event_ts)
+}
+
+/// When each output record became readable, as the probe saw it.
+#[derive(Default)]
+struct Outputs {
+    /// Matched enriched payments: (payment id, seen).
+    payments: Vec<(String, i64)>,
+    /// Payment id → when its enriched record was seen.
+    enriched: HashMap<String, i64>,
+    /// On-time device events: (device key, seen).
+    devices: Vec<(String, i64)>,
+    /// Amount anomalies: (payment id, seen).
+    anomalies: Vec<(String, i64)>,
+    releases: Option<Releases>,
+}
+
+/// The outputs, read as a consumer with librdkafka's default `fetch.min.bytes` (1)
+/// reads them: the broker answers a read_committed fetch once a commit makes records
+/// readable (their last stable offset moves), so what is seen is when they became
+/// readable, not when a fetch wait ran out. Transactional topics move only at their
+/// writers' commits, a few dozen times a second, so these fetches cost little.
+fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
+    let consumer = reader(bootstrap, &["enriched-payments", "device-events-ontime", "payment-anomalies"], "1", "100");
     let mut releases = Releases::new(partitions(&consumer, "enriched-payments"));
-    let (mut payments, mut devices, mut anomalies, mut second_hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut waits, mut beyond_wait, mut second_hop_beyond_wait) = (Vec::new(), Vec::new(), Vec::new());
-    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut out = Outputs::default();
     while Instant::now() < end {
         let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else { continue };
         let seen = now_ms();
@@ -127,26 +166,15 @@ fn main() {
             }
             continue;
         }
-        let created = m.timestamp().to_millis().unwrap_or(seen);
         let payload = m.payload().unwrap_or_default();
         match m.topic() {
-            "payments" => {
-                if let Ok(p) = codec.decode::<Payment>(payload) {
-                    produced.insert(p.payment_id.to_string(), created);
-                }
-            }
-            "device-events" => {
-                if let Ok(d) = codec.decode::<DeviceEvent>(payload) {
-                    produced.insert(format!("{}@{}", d.device_id, d.event_ts), created);
-                }
-            }
             "enriched-payments" => {
                 if let Ok(e) = codec.decode::<EnrichedPayment>(payload) {
                     // An unmatched payment waits for its join window by design.
-                    if let (false, Some(t)) = (e.unmatched, produced.get(e.payment_id.as_str())) {
-                        payments.push(seen - t);
+                    if !e.unmatched {
+                        out.payments.push((e.payment_id.to_string(), seen));
                     }
-                    enriched.insert(e.payment_id.to_string(), seen);
+                    out.enriched.insert(e.payment_id.to_string(), seen);
                     if e.customer_id.is_some() {
                         releases.payment(m.partition() as usize, e.payment_ts_ms, e.payment_id.to_string(), seen);
                     }
@@ -154,41 +182,55 @@ fn main() {
             }
             "device-events-ontime" => {
                 if let Ok(d) = codec.decode::<DeviceEvent>(payload) {
-                    if let Some(t) = produced.get(&format!("{}@{}", d.device_id, d.event_ts)) {
-                        devices.push(seen - t);
-                    }
+                    out.devices.push((device_key(&d), seen));
                 }
             }
-            "payment-anomalies" => {
+            _ => {
                 // Amount anomalies name their payment; velocity ones do not.
                 let Ok(Value::Record(fields)) = codec.decode_value(payload) else { continue };
-                let Some((_, Value::String(id))) = fields.iter().find(|(name, _)| name == "payment_id") else {
-                    continue;
-                };
-                if let Some(t) = produced.get(id) {
-                    anomalies.push(seen - t);
-                }
-                if let Some(t) = enriched.get(id) {
-                    second_hop.push(seen - t);
-                }
-                if let (Some(p), Some(e), Some(r)) = (produced.get(id), enriched.get(id), releases.released.get(id)) {
-                    beyond_wait.push((e - p) + (seen - r));
-                    second_hop_beyond_wait.push(seen - r);
+                if let Some((_, Value::String(id))) = fields.iter().find(|(name, _)| name == "payment_id") {
+                    out.anomalies.push((id.clone(), seen));
                 }
             }
-            _ => {}
+        }
+    }
+    out.releases = Some(releases);
+    out
+}
+
+fn main() {
+    let seconds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
+    let bootstrap = std::env::var("VIGIL_BOOTSTRAP_SERVERS").expect("VIGIL_BOOTSTRAP_SERVERS");
+    let registry = std::env::var("VIGIL_SCHEMA_REGISTRY_URL").expect("VIGIL_SCHEMA_REGISTRY_URL");
+    let end = Instant::now() + Duration::from_secs(seconds);
+    // Two readers, so that the inputs' fetches do not hold back the outputs'; the
+    // latencies are computed once both are done, whichever read a record first.
+    let inputs = {
+        let (bootstrap, registry) = (bootstrap.clone(), registry.clone());
+        std::thread::spawn(move || read_inputs(&bootstrap, &Codec::new(&registry).unwrap(), end))
+    };
+    let out = read_outputs(&bootstrap, &Codec::new(&registry).unwrap(), end);
+    let produced = inputs.join().expect("the input reader");
+    let releases = out.releases.expect("read_outputs sets it").released;
+    let since_produced = |seen: &[(String, i64)]| -> Vec<i64> {
+        seen.iter().filter_map(|(id, s)| produced.get(id).map(|t| s - t)).collect()
+    };
+    let (mut second_hop, mut beyond_wait, mut second_hop_beyond_wait) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, seen) in &out.anomalies {
+        if let Some(e) = out.enriched.get(id) {
+            second_hop.push(seen - e);
+        }
+        if let (Some(p), Some(e), Some(r)) = (produced.get(id), out.enriched.get(id), releases.get(id)) {
+            beyond_wait.push((e - p) + (seen - r));
+            second_hop_beyond_wait.push(seen - r);
         }
     }
     // The wait of every payment the rule scored, not only the anomalies'.
-    for (id, r) in &releases.released {
-        if let Some(e) = enriched.get(id) {
-            waits.push(r - e);
-        }
-    }
+    let waits = releases.iter().filter_map(|(id, r)| out.enriched.get(id).map(|e| r - e)).collect();
     for (name, mut v) in [
-        ("payment -> enriched payment (join-enrich)", payments),
-        ("device event -> on-time event (device-router)", devices),
-        ("payment -> amount anomaly (two hops, event-time wait included)", anomalies),
+        ("payment -> enriched payment (join-enrich)", since_produced(&out.payments)),
+        ("device event -> on-time event (device-router)", since_produced(&out.devices)),
+        ("payment -> amount anomaly (two hops, event-time wait included)", since_produced(&out.anomalies)),
         ("enriched payment -> amount anomaly (payment-anomalies, event-time wait included)", second_hop),
         ("event-time wait of the amount rule (enriched payment readable -> the marker that released it)", waits),
         ("payment -> amount anomaly beyond the event-time wait", beyond_wait),
