@@ -145,7 +145,8 @@ struct Outputs {
     devices: Vec<(String, i64)>,
     /// Amount anomalies: (payment id, seen).
     anomalies: Vec<(String, i64)>,
-    releases: Option<Releases>,
+    /// Payment id → when the marker that released it to the amount rule was seen.
+    released: HashMap<String, i64>,
 }
 
 /// The outputs, read as a consumer with librdkafka's default `fetch.min.bytes` (1)
@@ -194,7 +195,7 @@ fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
             }
         }
     }
-    out.releases = Some(releases);
+    out.released = releases.released;
     out
 }
 
@@ -211,7 +212,6 @@ fn main() {
     };
     let out = read_outputs(&bootstrap, &Codec::new(&registry).unwrap(), end);
     let produced = inputs.join().expect("the input reader");
-    let releases = out.releases.expect("read_outputs sets it").released;
     let since_produced = |seen: &[(String, i64)]| -> Vec<i64> {
         seen.iter().filter_map(|(id, s)| produced.get(id).map(|t| s - t)).collect()
     };
@@ -220,13 +220,13 @@ fn main() {
         if let Some(e) = out.enriched.get(id) {
             second_hop.push(seen - e);
         }
-        if let (Some(p), Some(e), Some(r)) = (produced.get(id), out.enriched.get(id), releases.get(id)) {
+        if let (Some(p), Some(e), Some(r)) = (produced.get(id), out.enriched.get(id), out.released.get(id)) {
             beyond_wait.push((e - p) + (seen - r));
             second_hop_beyond_wait.push(seen - r);
         }
     }
     // The wait of every payment the rule scored, not only the anomalies'.
-    let waits = releases.iter().filter_map(|(id, r)| out.enriched.get(id).map(|e| r - e)).collect();
+    let waits = out.released.iter().filter_map(|(id, r)| out.enriched.get(id).map(|e| r - e)).collect();
     for (name, mut v) in [
         ("payment -> enriched payment (join-enrich)", since_produced(&out.payments)),
         ("device event -> on-time event (device-router)", since_produced(&out.devices)),
