@@ -16,7 +16,8 @@
 #   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
 #
 # Env: KAFKA_PORT, SECURE_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
-#      KAFKA_HEAP_OPTS (-Xmx512m), REGISTRY_HEAP_OPTS (-Xmx384m),
+#      KAFKA_HEAP_OPTS (-Xmx512m), KAFKA_JVM_PERFORMANCE_OPTS (the collector; as in
+#      Kafka's own scripts, -XX:+UseG1GC -XX:MaxGCPauseMillis=20), REGISTRY_HEAP_OPTS (-Xmx384m),
 #      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120),
 #      VIGIL_STACK_STATE: folder of this stack's data, logs and env file (default
 #      .cache/local-stack), so several stacks can share the fetched jars.
@@ -146,7 +147,7 @@ launch_registry() {
 # Console logging at INFO via log4j2's default config: no config file needed.
 launch_kafka() {
   # shellcheck disable=SC2086
-  nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20} \
     -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
     kafka.Kafka "$RUN/kafka/server.properties" >>"$LOGS/kafka.log" 2>&1 </dev/null &
   echo $! >"$RUN/kafka.pid"
