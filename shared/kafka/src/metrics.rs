@@ -80,10 +80,12 @@ impl MetricsRegistry {
                  to the read), processing (the operators), commit_wait (from the read until its transaction \
                  committed, when its outputs become readable)",
             )
-            // Finer between 50 and 250 ms, where a hop's p99 lies and a 100 ms goal
-            // must be told apart from twice it.
+            // Finer between 5 and 250 ms: the parts of a hop lie between 5 and 50 ms
+            // (a fetch wait of 20 against a commit of 10 must be told apart), its
+            // p99 between 50 and 250, where a 100 ms goal must be told from twice it.
             .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+                0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
             &["stage", "member", "part"],
         )
