@@ -203,10 +203,12 @@ impl<S: Service> Runner<S> {
             // (librdkafka's 500 ms default would dominate end-to-end latency). Answered
             // at the first byte, a member keeping up with its upstream's commits sent
             // a fetch for every few records: the broker spent a sixth to a third more
-            // CPU in the keyed throughput run. What the wait costs in latency was lost
-            // in the runs' noise, at 2 000 events/s and 20 000 (README, Performance).
+            // CPU in the keyed throughput run. Where less than 64 KiB comes in a
+            // wait, the wait decides: 10 ms rather than 20 took about 4 ms off a
+            // hop's median at 20 000 events/s, for 2 of the broker's 26 CPU seconds
+            // (README, Performance); an idle member fetches every 10 ms.
             .set("fetch.min.bytes", "65536")
-            .set("fetch.wait.max.ms", "20");
+            .set("fetch.wait.max.ms", "10");
         connection::fetch_again_when_drained(&mut consumer_config);
         if service.parallelism() == Parallelism::PerPartition {
             // Static membership: a restarted member (same name) takes its partitions
