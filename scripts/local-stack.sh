@@ -17,7 +17,10 @@
 #
 # Env: KAFKA_PORT, SECURE_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
 #      KAFKA_HEAP_OPTS (-Xmx512m), KAFKA_JVM_PERFORMANCE_OPTS (the collector; as in
-#      Kafka's own scripts, -XX:+UseG1GC -XX:MaxGCPauseMillis=20), REGISTRY_HEAP_OPTS (-Xmx384m),
+#      Kafka's own scripts, -XX:+UseG1GC -XX:MaxGCPauseMillis=20), KAFKA_GC_LOG (a file
+#      for the broker's collections, stamped in epoch ms), KAFKA_EXTRA_PROPERTIES (broker
+#      settings added to deploy/local-stack/server.properties, space-separated
+#      key=value), REGISTRY_HEAP_OPTS (-Xmx384m),
 #      KAFKA_TOOL_OPTS (-Xmx512m), START_TIMEOUT seconds (120),
 #      VIGIL_STACK_STATE: folder of this stack's data, logs and env file (default
 #      .cache/local-stack), so several stacks can share the fetched jars.
@@ -148,6 +151,7 @@ launch_registry() {
 launch_kafka() {
   # shellcheck disable=SC2086
   nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20} \
+    ${KAFKA_GC_LOG:+"-Xlog:gc:file=$KAFKA_GC_LOG:timemillis"} \
     -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
     kafka.Kafka "$RUN/kafka/server.properties" >>"$LOGS/kafka.log" 2>&1 </dev/null &
   echo $! >"$RUN/kafka.pid"
@@ -227,6 +231,7 @@ start() {
       -e "s|@SECURE_PORT@|$SECURE_PORT|g" -e "s|@TLS_DIR@|$RUN/tls|g" -e "s|@TLS_PASSWORD@|$TLS_PASSWORD|g" \
       -e "s|@SASL_USER@|$SECURE_USER|g" -e "s|@SASL_PASSWORD@|$secure_password|g" \
       -e "s|@DATA_DIR@|$RUN/kafka/data|g" "$DEPLOY/server.properties" >"$RUN/kafka/server.properties"
+  [[ -z "${KAFKA_EXTRA_PROPERTIES:-}" ]] || tr ' ' '\n' <<<"$KAFKA_EXTRA_PROPERTIES" >>"$RUN/kafka/server.properties"
 
   # A KRaft cluster id is 16 random bytes in unpadded URL-safe base64 (what
   # `kafka-storage.sh random-uuid` prints); Kafka rejects ids starting with '-'.
