@@ -23,7 +23,8 @@
 #    p50/p99 from an input record's production to its output becoming readable under
 #    read_committed (see
 #    shared/kafka/examples/latency_probe.rs; it also measures the amount rule's
-#    event-time wait apart). The CPU seconds every process spent meanwhile. Then where
+#    event-time wait apart, and how much of each hop's tail was produced just before
+#    one of the broker's collector pauses). The CPU seconds every process spent meanwhile. Then where
 #    the time goes in join-enrich, the device router and payment-anomalies over the
 #    same SECONDS, from their vigil_record_hop_seconds histograms: queued in Kafka
 #    before the read, processing, from the read until the commit (p50 and p99 as
@@ -206,7 +207,9 @@ if [[ " $PARTS " == *" latency "* ]]; then
   # window; a lower SIGMA flags more, for samples of the two hops (it changes only
   # what is flagged, not the path a payment takes).
   [[ -z "${SIGMA:-}" ]] || export VIGIL_PAYMENTS_AMOUNT_SIGMA_MULTIPLIER="$SIGMA"
-  fresh_stack
+  # The broker logs its collections, for the probe to line the hops' tails up with.
+  gc_log="$VIGIL_STACK_STATE/broker-gc.log"
+  KAFKA_GC_LOG="$gc_log" fresh_stack
   "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" \
     --scale "$((RATE * (WARMUP + SECONDS_LATENCY) / 1000))" 2>>"$VIGIL_STACK_STATE/generator.log" &
   generator=$!
@@ -215,7 +218,7 @@ if [[ " $PARTS " == *" latency "* ]]; then
   curl -s 127.0.0.1:19104/metrics >"$VIGIL_STACK_STATE/device-router.metrics"
   curl -s 127.0.0.1:19103/metrics >"$VIGIL_STACK_STATE/payment-anomalies.metrics"
   # Ten seconds past the input's end, to see the outputs of its last records.
-  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" &
+  target/release/examples/latency_probe "$((SECONDS_LATENCY + 10))" "$gc_log" &
   probe=$!
   # Where the two cores went meanwhile: every process's CPU seconds over the probe's
   # run, read each second (a process that ends, the generator say, keeps its last).

@@ -14,8 +14,13 @@
 //! its enriched record becoming readable to that marker becoming readable; what is
 //! left of the two hops is their latency beyond the wait.
 //!
-//! cargo run --release -p vigil-kafka --example latency_probe -- SECONDS
-//! (VIGIL_BOOTSTRAP_SERVERS and VIGIL_SCHEMA_REGISTRY_URL from the environment)
+//! Given the broker's GC log, the probe also lines each one-hop sample up with the
+//! broker's collector pauses: how much of a hop's tail was produced just before a
+//! pause, against how much of all its samples.
+//!
+//! cargo run --release -p vigil-kafka --example latency_probe -- SECONDS [BROKER_GC_LOG]
+//! (the log written with `-Xlog:gc:file=BROKER_GC_LOG:timemillis`;
+//! VIGIL_BOOTSTRAP_SERVERS and VIGIL_SCHEMA_REGISTRY_URL from the environment)
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -36,6 +41,53 @@ fn now_ms() -> i64 {
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The broker's stop-the-world pauses from its GC log (`-Xlog:gc:...:timemillis`
+/// lines such as `[1796507132908ms] GC(0) Pause Young (Normal) ... 23.354ms`):
+/// when each ended, epoch ms, and how long it took, ms.
+fn broker_pauses(log: &str) -> Vec<(i64, f64)> {
+    let pause = |line: &str| {
+        let (stamp, rest) = line.strip_prefix('[')?.split_once("ms]")?;
+        let took = rest.contains(" Pause ").then(|| rest.trim_end().rsplit_once(' '))??.1;
+        Some((stamp.parse().ok()?, took.strip_suffix("ms")?.parse().ok()?))
+    };
+    let mut pauses: Vec<(i64, f64)> = log.lines().filter_map(pause).collect();
+    pauses.sort_by_key(|&(end, _)| end);
+    pauses
+}
+
+/// A record is behind a pause if one ended from 50 ms before it was produced to
+/// 150 ms after: the pause stopped the broker while the record was on its way
+/// (a hop's p99 is under 150 ms).
+const BEHIND_PAUSE_MS: (i64, i64) = (50, 150);
+
+/// How much of a hop's tail (its samples over the p99) is behind a broker pause,
+/// against how much of all its samples; `samples`: (produced, latency), ms.
+fn tail_behind_pauses(name: &str, samples: &[(i64, i64)], pauses: &[(i64, f64)]) {
+    if samples.is_empty() {
+        return println!("{name}: no samples");
+    }
+    let behind = |produced: i64| {
+        let first = pauses.partition_point(|&(end, _)| end < produced - BEHIND_PAUSE_MS.0);
+        pauses.get(first).is_some_and(|&(end, _)| end <= produced + BEHIND_PAUSE_MS.1)
+    };
+    let share = |of: &mut dyn Iterator<Item = &(i64, i64)>| {
+        let (n, near) = of.fold((0, 0), |(n, near), &(t, _)| (n + 1, near + usize::from(behind(t))));
+        100.0 * near as f64 / n.max(1) as f64
+    };
+    let mut latencies: Vec<i64> = samples.iter().map(|&(_, l)| l).collect();
+    latencies.sort_unstable();
+    let p99 = percentile(&latencies, 0.99);
+    let mut away: Vec<i64> = samples.iter().filter(|&&(t, _)| !behind(t)).map(|&(_, l)| l).collect();
+    away.sort_unstable();
+    println!(
+        "{name}: {:.0} % of the samples over its p99 ({p99} ms) were behind a broker pause, {:.0} % of all; \
+         p99 of those not behind one {} ms",
+        share(&mut samples.iter().filter(|&&(_, l)| l > p99)),
+        share(&mut samples.iter()),
+        away.last().map_or(0, |_| percentile(&away, 0.99)),
+    );
 }
 
 /// When payment-anomalies could first score each enriched payment: the partition
@@ -212,9 +264,15 @@ fn main() {
     };
     let out = read_outputs(&bootstrap, &Codec::new(&registry).unwrap(), end);
     let produced = inputs.join().expect("the input reader");
-    let since_produced = |seen: &[(String, i64)]| -> Vec<i64> {
-        seen.iter().filter_map(|(id, s)| produced.get(id).map(|t| s - t)).collect()
+    // (produced, latency) of each output whose input the probe saw.
+    let since_produced = |seen: &[(String, i64)]| -> Vec<(i64, i64)> {
+        seen.iter().filter_map(|(id, s)| produced.get(id).map(|t| (*t, s - t))).collect()
     };
+    let latencies = |samples: &[(i64, i64)]| samples.iter().map(|&(_, l)| l).collect();
+    let one_hops = [
+        ("payment -> enriched payment (join-enrich)", since_produced(&out.payments)),
+        ("device event -> on-time event (device-router)", since_produced(&out.devices)),
+    ];
     let (mut second_hop, mut beyond_wait, mut second_hop_beyond_wait) = (Vec::new(), Vec::new(), Vec::new());
     for (id, seen) in &out.anomalies {
         if let Some(e) = out.enriched.get(id) {
@@ -228,9 +286,9 @@ fn main() {
     // The wait of every payment the rule scored, not only the anomalies'.
     let waits = out.released.iter().filter_map(|(id, r)| out.enriched.get(id).map(|e| r - e)).collect();
     for (name, mut v) in [
-        ("payment -> enriched payment (join-enrich)", since_produced(&out.payments)),
-        ("device event -> on-time event (device-router)", since_produced(&out.devices)),
-        ("payment -> amount anomaly (two hops, event-time wait included)", since_produced(&out.anomalies)),
+        (one_hops[0].0, latencies(&one_hops[0].1)),
+        (one_hops[1].0, latencies(&one_hops[1].1)),
+        ("payment -> amount anomaly (two hops, event-time wait included)", latencies(&since_produced(&out.anomalies))),
         ("enriched payment -> amount anomaly (payment-anomalies, event-time wait included)", second_hop),
         ("event-time wait of the amount rule (enriched payment readable -> the marker that released it)", waits),
         ("payment -> amount anomaly beyond the event-time wait", beyond_wait),
@@ -248,5 +306,24 @@ fn main() {
             percentile(&v, 0.99),
             v[v.len() - 1]
         );
+    }
+    if let Some(path) = std::env::args().nth(2) {
+        let log =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read the broker's GC log {path}: {e}"));
+        let pauses = broker_pauses(&log);
+        let produced = one_hops.iter().flat_map(|(_, s)| s.iter().map(|&(t, _)| t));
+        let (from, to) = produced.fold((i64::MAX, i64::MIN), |(a, b), t| (a.min(t), b.max(t)));
+        let within: Vec<f64> =
+            pauses.iter().filter(|&&(end, _)| (from..=to).contains(&end)).map(|&(_, ms)| ms).collect();
+        println!(
+            "the broker's pauses while the samples were produced ({:.0} s): {}, mean {:.1} ms, longest {:.1} ms",
+            (to - from) as f64 / 1000.0,
+            within.len(),
+            within.iter().sum::<f64>() / within.len().max(1) as f64,
+            within.iter().copied().fold(0.0, f64::max),
+        );
+        for (name, samples) in &one_hops {
+            tail_behind_pauses(&format!("{name}, behind the broker's pauses"), samples, &pauses);
+        }
     }
 }
