@@ -72,20 +72,30 @@ fn tail_behind_pauses(name: &str, samples: &[(i64, i64)], pauses: &[(i64, f64)])
         let first = pauses.partition_point(|&(end, _)| end < produced - BEHIND_PAUSE_MS.0);
         pauses.get(first).is_some_and(|&(end, _)| end <= produced + BEHIND_PAUSE_MS.1)
     };
-    let share = |of: &mut dyn Iterator<Item = &(i64, i64)>| {
-        let (n, near) = of.fold((0, 0), |(n, near), &(t, _)| (n + 1, near + usize::from(behind(t))));
-        100.0 * near as f64 / n.max(1) as f64
-    };
     let mut latencies: Vec<i64> = samples.iter().map(|&(_, l)| l).collect();
     latencies.sort_unstable();
     let p99 = percentile(&latencies, 0.99);
-    let mut away: Vec<i64> = samples.iter().filter(|&&(t, _)| !behind(t)).map(|&(_, l)| l).collect();
+    // Each sample judged once: (samples over the p99, of them behind a pause, all behind).
+    let (mut tail, mut tail_behind, mut all_behind) = (0usize, 0usize, 0usize);
+    let mut away = Vec::new();
+    for &(produced, latency) in samples {
+        let is_behind = behind(produced);
+        all_behind += usize::from(is_behind);
+        if latency > p99 {
+            tail += 1;
+            tail_behind += usize::from(is_behind);
+        }
+        if !is_behind {
+            away.push(latency);
+        }
+    }
     away.sort_unstable();
+    let percent = |part: usize, whole: usize| 100.0 * part as f64 / whole.max(1) as f64;
     println!(
         "{name}: {:.0} % of the samples over its p99 ({p99} ms) were behind a broker pause, {:.0} % of all; \
          p99 of those not behind one {} ms",
-        share(&mut samples.iter().filter(|&&(_, l)| l > p99)),
-        share(&mut samples.iter()),
+        percent(tail_behind, tail),
+        percent(all_behind, samples.len()),
         away.last().map_or(0, |_| percentile(&away, 0.99)),
     );
 }
