@@ -59,7 +59,7 @@ fn broker_pauses(log: &str) -> Vec<(i64, f64)> {
 
 /// A record is behind a pause if one ended from 50 ms before it was produced to
 /// 150 ms after: the pause stopped the broker while the record was on its way
-/// (a hop's p99 is under 150 ms).
+/// (150 ms is about the longest a hop's p99 has been at this rate).
 const BEHIND_PAUSE_MS: (i64, i64) = (50, 150);
 
 /// How much of a hop's tail (its samples over the p99) is behind a broker pause,
