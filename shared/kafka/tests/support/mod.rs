@@ -265,6 +265,19 @@ pub fn keep_metrics(services: &[Running]) {
     }
 }
 
+/// Each service's committed ledger (records read, on time, late, dead letters,
+/// rerouted, written) and transaction aborts, one metric line each: where a failed
+/// test's records went.
+pub fn ledgers(services: &[Running]) -> String {
+    let lines = services.iter().flat_map(|s| {
+        let text = std::panic::catch_unwind(|| s.metrics_text()).unwrap_or_else(|_| format!("{}: no answer", s.name));
+        let wanted =
+            |l: &&str| l.starts_with("vigil_member_ledger_records") || l.starts_with("vigil_transaction_aborts");
+        text.lines().filter(wanted).map(str::to_string).collect::<Vec<_>>()
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 /// A running service process and its log.
 pub struct Running {
     pub name: String,
