@@ -189,12 +189,23 @@ pub fn security() -> &'static Security {
 /// until then, which is as long as a producer keeps a record before giving it up.
 const METADATA_REFRESH: &str = "10000";
 
+/// How long a client goes without a metadata answer before it starts over from
+/// `bootstrap.servers`. librdkafka (since 2.10) forgets a broker that a metadata
+/// answer leaves out, and a KRaft broker that was stalled past its controller
+/// session answers, for the few milliseconds until it is unfenced, that no broker is
+/// alive: a client that asked just then has no broker left to ask again, and by
+/// default starts over only after five minutes (seen in the stalled-broker test: the
+/// input producer held every record for five minutes, then gave them up; the
+/// broker's log said it was fenced for 39 ms).
+const REBOOTSTRAP_AFTER: &str = "10000";
+
 /// A librdkafka configuration for `bootstrap_servers` with this process's security
 /// settings: where every Vigil client starts.
 pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap_servers);
     config.set("topic.metadata.refresh.interval.ms", METADATA_REFRESH);
+    config.set("metadata.recovery.rebootstrap.trigger.ms", REBOOTSTRAP_AFTER);
     security().apply(&mut config);
     config
 }
