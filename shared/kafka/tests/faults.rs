@@ -8,7 +8,7 @@
 mod support;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,7 @@ fn exited(services: &mut [Running]) -> Vec<String> {
 /// README's event-time section) is not what these faults are about.
 struct Feed {
     sent: Arc<AtomicUsize>,
+    held: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -66,10 +67,14 @@ impl Feed {
     /// Sends `input` over about `over`, then the end markers.
     fn start(producer: InputProducer, input: Vec<Line>, over: Duration) -> Feed {
         let sent = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(AtomicBool::new(false));
         let per_tick = input.len().div_ceil((over.as_millis() / Self::TICK.as_millis()) as usize);
-        let counter = sent.clone();
+        let (counter, hold) = (sent.clone(), held.clone());
         let thread = std::thread::spawn(move || {
             for chunk in input.chunks(per_tick) {
+                while hold.load(Ordering::SeqCst) {
+                    std::thread::sleep(Self::TICK);
+                }
                 chunk.iter().for_each(|line| send_line(&producer, line));
                 counter.fetch_add(chunk.len(), Ordering::SeqCst);
                 std::thread::sleep(Self::TICK);
@@ -77,7 +82,16 @@ impl Feed {
             producer.finish().unwrap();
             producer.flush().unwrap();
         });
-        Feed { sent, thread }
+        Feed { sent, held, thread }
+    }
+
+    /// Stops sending after the chunk under way, until `release`.
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    fn release(&self) {
+        self.held.store(false, Ordering::SeqCst);
     }
 
     fn sent(&self) -> usize {
@@ -101,11 +115,21 @@ fn a_stalled_broker_and_a_missing_registry_lose_and_double_nothing() {
     let stateful = ["join-enrich", "payment-anomalies", "device-analytics", "health-monitor"];
     wait_for_commits(&services, &stateful, 300);
 
-    // The broker stalls with records in flight, for longer than the transaction
-    // timeout (10 s) and the group session (10 s).
+    // The broker stalls with the stages' records in flight, for longer than the
+    // transaction timeout (10 s) and the group session (10 s). The feed holds
+    // meanwhile, and for a moment after: a KRaft broker resuming from a stall that
+    // long answers for some milliseconds that no broker is alive (it is fenced), and
+    // librdkafka then drops its broker (see `connection::REBOOTSTRAP_AFTER`). One CI
+    // run lost two batches of payments produced during the stall, most likely on
+    // their way from the test's producer, which is librdkafka's too
+    // (confluentinc/librdkafka#4134 reports such losses with a frozen broker); what
+    // the stages do with input flowing through an outage is the registry's part.
+    feed.hold();
     let broker = Stopped::stop("kafka");
     std::thread::sleep(Duration::from_secs(20));
     drop(broker);
+    std::thread::sleep(Duration::from_secs(3));
+    feed.release();
 
     // The registry goes away; a service that starts meanwhile knows no schema yet
     // (the producer's are cached, so input still flows).
