@@ -39,13 +39,11 @@
 #    monitor runs first, so the broker's own first-transaction set-up is not counted.)
 #
 # The broker runs with the JVM arguments Kafka's documentation gives as typical for
-# production ("Java Version": a 6 GiB heap, G1), not the local stack's 512 MiB
-# development heap, and with a 4 GiB young generation: the broker keeps about 190 MiB
-# live and allocates over 100 MiB/s: it stops for a collection more than once a second
-# with the small heap, every few seconds with 6 GiB (G1 sizing the young generation to
-# its 20 ms pause goal), about every 30 s with a 4 GiB young generation; and most
-# of a hop's tail is records produced just before such a stop (README, Performance,
-# Latency, "The broker as Kafka's documentation runs it").
+# production ("Java Version": a 6 GiB G1 heap) and a 4 GiB young generation, not the
+# local stack's 512 MiB development heap. The broker allocates over 100 MiB/s; in the
+# small heap it stops to collect more than once a second, with a 4 GiB young
+# generation about once in 30 s, and most of a hop's tail was records produced just
+# before such a stop (README, Performance, "The broker as Kafka's documentation runs it").
 #
 # Env: PARTS (default "throughput latency raw startup") runs only those parts; KEYS (default
 # "join none") the keyings of the throughput part; SIGMA the amount rule's multiplier
