@@ -77,8 +77,9 @@ impl MetricsRegistry {
             HistogramOpts::new(
                 "record_hop_seconds",
                 "Where an input record's time goes in this member, by part: queued (from its Kafka timestamp \
-                 to the read), processing (the operators), commit_wait (from the read until its transaction \
-                 committed, when its outputs become readable)",
+                 to the read), processing (from the read until the operators are done with its batch of up to \
+                 64 records and their outputs go to the producer), commit_wait (from the read until its \
+                 transaction committed, when its outputs become readable)",
             )
             // Finer between 5 and 250 ms: the parts of a hop lie between 5 and 50 ms
             // (a fetch wait of 20 against a commit of 10 must be told apart), its

@@ -14,8 +14,9 @@
 //! (seen after a broker stalled for 20 s: on-time device events came late). So once
 //! the broker has failed to answer, every spell starts over when it answers again.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use crate::core::Slot;
 
@@ -25,7 +26,7 @@ pub const STUCK_SPELLS: u32 = 3;
 #[derive(Debug)]
 pub struct Silence {
     after: Duration,
-    slots: HashMap<Slot, Spell>,
+    slots: FxHashMap<Slot, Spell>,
     /// The broker failed to answer, and has not answered since.
     outage: bool,
 }
@@ -39,7 +40,7 @@ struct Spell {
 
 impl Silence {
     pub fn new(after: Duration) -> Self {
-        Silence { after, slots: HashMap::new(), outage: false }
+        Silence { after, slots: FxHashMap::default(), outage: false }
     }
 
     pub fn after(&self) -> Duration {
