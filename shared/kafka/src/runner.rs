@@ -120,6 +120,10 @@ fn transactional_producer(settings: &Settings) -> Result<Arc<Kafka>> {
         .set("partitioner", "murmur2_random")
         .set("transaction.timeout.ms", "10000")
         .set("linger.ms", "5")
+        // A record that fails fails its transaction, and the commit reports it; a
+        // report for every record delivered would be work for nothing (librdkafka
+        // queues each to the producer's polling thread).
+        .set("delivery.report.only.error", "true")
         .set("compression.type", "lz4")
         .set("message.max.bytes", "34000000")
         .create()
