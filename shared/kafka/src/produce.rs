@@ -461,14 +461,14 @@ impl Tally {
 pub type Kafka = ThreadedProducer<DefaultProducerContext>;
 
 /// Sends at once every record the producer holds (`linger.ms` is set aside while
-/// this waits) and waits, up to `timeout`, until each has its delivery report
-/// (`false`: some still have none). A commit's changelog records and markers are
-/// produced just before it, and would otherwise wait out the linger first.
-/// rust-rdkafka's `flush` (which its `commit_transaction` calls first) polls for the
-/// reports in 100 ms steps that each run their full length, since the producer's own
-/// thread takes them; librdkafka's, in the event mode rust-rdkafka uses, waits on its
-/// count of records held and wakes when that reaches zero. The flush inside the
-/// commit then finds nothing to wait for.
+/// this waits) and waits, up to `timeout`, until the broker has answered for each,
+/// whether or not the producer reports deliveries (`false`: some are still held).
+/// A commit's changelog records and markers are produced just before it, and would
+/// otherwise wait out the linger first. rust-rdkafka's `flush` (which its
+/// `commit_transaction` calls first) polls for the reports in 100 ms steps that each
+/// run their full length, since the producer's own thread takes them; librdkafka's,
+/// in the event mode rust-rdkafka uses, waits on its count of records held and wakes
+/// when that reaches zero. The flush inside the commit then finds nothing to wait for.
 pub(crate) fn await_deliveries<C: ProducerContext + 'static>(
     producer: &ThreadedProducer<C>,
     timeout: Duration,
