@@ -181,8 +181,9 @@ pub struct Runner<S: Service> {
     /// When the tasks asked a generation are next checked (see `answer_asks`).
     next_ask_check: Instant,
     cadence: Cadence,
-    /// When each record of the open transaction was read, for its commit wait.
-    reads: Vec<Instant>,
+    /// When the records of the open transaction were read, for their commit wait:
+    /// each batch's read time and how many of its records are in the transaction.
+    reads: Vec<(Instant, u32)>,
     /// When the batch being read had its first message (monotonic and wall clock),
     /// taken as the read time of all its records, and how many records it counted:
     /// three clock reads a batch instead of four a record (clock reads were a tenth
@@ -811,7 +812,10 @@ impl<S: Service> Runner<S> {
                 self.metrics.queued.observe((read_ms - created).max(0) as f64 / 1000.0);
             }
             self.batch_records += 1;
-            self.reads.push(read);
+            match self.reads.last_mut() {
+                Some((at, records)) if *at == read => *records += 1,
+                _ => self.reads.push((read, 1)),
+            }
             self.carries_records = true;
         }
         if let Some(reason) = undecodable {
@@ -1096,8 +1100,9 @@ impl<S: Service> Runner<S> {
                 self.metrics.commits.inc();
                 self.metrics.commit_seconds.observe(took.as_secs_f64());
                 let now = Instant::now();
-                for read in self.reads.drain(..) {
-                    self.metrics.commit_wait.observe((now - read).as_secs_f64());
+                for (read, records) in self.reads.drain(..) {
+                    let wait = (now - read).as_secs_f64();
+                    (0..records).for_each(|_| self.metrics.commit_wait.observe(wait));
                 }
                 self.metrics.committed_now();
                 self.metrics.degraded.set(0);

@@ -61,22 +61,23 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
 }
 
 /// Every service says it has read the end of its input, and every input record it read
-/// shows in its latency breakdown: how long it was queued in Kafka, and (once its
-/// transaction committed) how long it waited for that.
+/// shows in its latency breakdown: how long it was queued in Kafka, processed, and
+/// (once its transaction committed) how long it waited for that.
 fn assert_finished_and_accounted(services: &[Running]) {
     let hops = |s: &Running, part: &str| s.metric_where("vigil_record_hop_seconds_count", &format!("part=\"{part}\""));
     for s in services {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let read = s.metric("vigil_records_in_total");
-            let (queued, waited) = (hops(s, "queued"), hops(s, "commit_wait"));
+            let (queued, processed, waited) = (hops(s, "queued"), hops(s, "processing"), hops(s, "commit_wait"));
             let ended = s.metric("vigil_input_ended") == 1;
-            if ended && read > 0 && queued == read && waited == read {
+            if ended && read > 0 && queued == read && processed == read && waited == read {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "{}: input ended {ended}, {read} records read, {queued} queued, {waited} committed",
+                "{}: input ended {ended}, {read} records read, {queued} queued, {processed} processed, {waited} \
+                 committed",
                 s.name
             );
             std::thread::sleep(Duration::from_millis(100));
