@@ -241,7 +241,9 @@ impl Operator for PaymentAnomalies {
 /// waiting for their turn in event-time order.
 const STATS: u8 = 1;
 const VELOCITY: u8 = 2;
-const WAITING: u8 = 3;
+/// The waiting payments one entry each, as changelogs written before chunks hold them.
+const WAITING_SINGLES: u8 = 3;
+const WAITING: u8 = 4;
 
 impl Stateful for PaymentAnomalies {
     fn track_changes(&mut self) {
@@ -267,6 +269,7 @@ impl Stateful for PaymentAnomalies {
             ((STATS, rest), value) => self.stats.restore_entry(rest, value),
             ((VELOCITY, rest), value) => self.velocity.restore_entry(rest, value),
             ((WAITING, rest), value) => self.waiting.restore_entry(rest, value),
+            ((WAITING_SINGLES, rest), value) => self.waiting.restore_single(WAITING_SINGLES, rest, value),
             ((ns, _), _) => Err(StateError::Namespace(ns)),
         }
     }

@@ -248,3 +248,46 @@ fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
         other => panic!("expected one amount anomaly, got {other:?}"),
     }
 }
+
+/// A payment waiting for the watermark as changelogs held them before chunks, one
+/// entry a payment: restored, moved into a chunk at the next commit, and gone from
+/// the changelog once the watermark releases it.
+#[test]
+fn waiting_payments_written_one_entry_each_restore_and_move_into_a_chunk() {
+    let ts = 1_700_000_000_000;
+    let order = vigil_model::Order {
+        order_id: "order-1".into(),
+        customer_id: "cust-7".into(),
+        order_amount: 130.0,
+        order_ts: ts,
+        country: "US".into(),
+    };
+    let payment = vigil_model::Payment {
+        payment_id: "pay-1".into(),
+        order_id: "order-1".into(),
+        paid_amount: 130.0,
+        payment_ts: ts,
+        method: "card".into(),
+    };
+    let enriched = Arc::new(vigil_operators::join_enrich::enrich(payment, Some(&order), 0.01));
+    let old_key = encode_key(3, &(ts, "pay-1", 1u64));
+    let mut anomalies = PaymentAnomalies::new(&Config::default());
+    anomalies.track_changes();
+    anomalies.restore_entry(&old_key, Some(&encode_value(&enriched))).expect("the old layout restores");
+    anomalies.finish_restore();
+    assert_eq!(anomalies.live_entries(), 1, "the payment waits again");
+
+    let mut writes = Vec::new();
+    anomalies.drain_changes(&mut writes);
+    let waiting: Vec<StateWrite> = writes.drain(..).filter(|w| matches!(w.key.first(), Some(3 | 4))).collect();
+    assert_eq!(waiting.len(), 2, "{writes:?}");
+    assert_eq!((&waiting[0].key, waiting[0].value.is_none()), (&old_key, true), "the old entry is deleted");
+    let chunk = &waiting[1];
+    assert_eq!((chunk.key[0], chunk.value.is_some()), (4, true), "and its payment written in a chunk");
+
+    let mut out = Vec::new();
+    anomalies.on_watermark(ts + 1, &mut out);
+    assert_eq!(anomalies.live_entries(), 2, "released and scored: the customer's statistics and velocity");
+    anomalies.drain_changes(&mut writes);
+    assert!(writes.iter().any(|w| w.key == chunk.key && w.value.is_none()), "the chunk is deleted: {writes:?}");
+}
