@@ -82,8 +82,9 @@ fn run(args: Args) -> Result<()> {
         .set("enable.auto.commit", "false")
         // Assigned partitions only; the group is never joined or committed to.
         .set("group.id", format!("vigil-admin-{}", std::process::id()));
-    let consumer: BaseConsumer =
-        connection::fetch_again_when_drained(&mut consumer_config).create().context("cannot create a Kafka client")?;
+    let consumer: BaseConsumer = connection::fetch_again_when_drained(&mut consumer_config, 20_000)
+        .create()
+        .context("cannot create a Kafka client")?;
     match args.command {
         Command::Provision { replication } => {
             let admin: AdminClient<DefaultClientContext> = connection::client_config(&args.bootstrap_servers)

@@ -218,11 +218,11 @@ pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
 /// replay, a restart behind) hit it on partition after partition, more so as it
 /// paused those that ran ahead: the keyed throughput run sat half idle for seconds
 /// (12-16 s where it now takes 6-7), and `vigil-admin tail` took 6.7 s for a million
-/// records where it then took 2.7 (README, Performance). At most 20 000 records a
-/// partition keep a member's memory as it was. (The changelog reader, one partition
-/// a thread, sets its own.)
-pub fn fetch_again_when_drained(config: &mut ClientConfig) -> &mut ClientConfig {
-    config.set("queued.min.messages", "20000").set("fetch.queue.backoff.ms", "10")
+/// records where it then took 2.7 (README, Performance). It keeps up to
+/// `queued_records` of a partition (the queue refills from below that). (The
+/// changelog reader, one partition a thread, sets its own.)
+pub fn fetch_again_when_drained(config: &mut ClientConfig, queued_records: u32) -> &mut ClientConfig {
+    config.set("queued.min.messages", queued_records.to_string()).set("fetch.queue.backoff.ms", "10")
 }
 
 /// The context of a reader that waits for the end of its partitions, which

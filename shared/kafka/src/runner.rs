@@ -14,6 +14,7 @@
 
 use crate::connection;
 use std::collections::BTreeSet;
+use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -166,10 +167,14 @@ pub struct Runner<S: Service> {
     redelivered: FxHashSet<Slot>,
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
-    /// A poll has come back empty since the last commit: the member is not behind.
-    drained_since_commit: bool,
+    /// The last poll found nothing, and no source partition has records waiting on
+    /// the broker as its last fetch said (see `source_backlog`).
+    caught_up: bool,
+    /// The member has been caught up since the last commit: it is not behind.
+    caught_up_since_commit: bool,
     in_transaction: bool,
-    /// The open transaction holds records read or written, not only markers or state.
+    /// The open transaction holds records for readers downstream (outputs, rerouted
+    /// records, dead letters), not only markers, state and input offsets.
     carries_records: bool,
     /// Commits that failed since the last one that went through.
     failed_commits: u32,
@@ -191,6 +196,8 @@ pub struct Runner<S: Service> {
     /// its wait there as processing, not queued: its outputs wait for the batch too.
     batch_read: Option<(Instant, i64)>,
     batch_records: u32,
+    /// The input topics' names for librdkafka's C calls, by input index.
+    topic_names: Vec<CString>,
     /// Records-in counters by input index, records-out counters by topic.
     records_in: Vec<prometheus::IntCounter>,
     records_out: FxHashMap<&'static str, prometheus::IntCounter>,
@@ -221,8 +228,15 @@ impl<S: Service> Runner<S> {
             // hop's median at 20 000 events/s, for 2 of the broker's 26 CPU seconds
             // (README, Performance); an idle member fetches every 10 ms.
             .set("fetch.min.bytes", "65536")
-            .set("fetch.wait.max.ms", "10");
-        connection::fetch_again_when_drained(&mut consumer_config);
+            .set("fetch.wait.max.ms", "10")
+            // What is fetched of a partition ahead of the loop spans little event
+            // time, so a task reads its partitions nearly in step: with 20 000
+            // records and 1 MiB fetches (one to two hours of the generated traffic)
+            // a task's orders ran that far ahead of its payments or behind them, and
+            // its joins waited in state across commits (README, Performance, "What
+            // join-enrich waits for").
+            .set("max.partition.fetch.bytes", "131072");
+        connection::fetch_again_when_drained(&mut consumer_config, 2_000);
         if service.parallelism() == Parallelism::PerPartition {
             // Static membership: a restarted member (same name) takes its partitions
             // back at once instead of waiting for the dead one's session to expire.
@@ -251,7 +265,9 @@ impl<S: Service> Runner<S> {
         let records_in = topics.iter().map(|(name, _)| metrics.records_in(name)).collect();
         let records_out =
             service.outputs().iter().chain([&DEAD_LETTERS]).map(|t| (t.name, metrics.records_out(t.name))).collect();
+        let topic_names = topics.iter().map(|(name, _)| CString::new(name.as_str())).collect::<Result<_, _>>()?;
         Ok(Runner {
+            topic_names,
             watermarked: service.watermarked(),
             changelog: topics::changelog(service.name()),
             written,
@@ -272,7 +288,8 @@ impl<S: Service> Runner<S> {
             core,
             topics,
             drained: false,
-            drained_since_commit: false,
+            caught_up: false,
+            caught_up_since_commit: false,
             in_transaction: false,
             carries_records: false,
             failed_commits: 0,
@@ -422,11 +439,14 @@ impl<S: Service> Runner<S> {
             self.apply_flow()?;
             self.metrics.set_watermark(self.core.lowest_watermark());
             self.metrics.input_ended.set(i64::from(self.core.input_ended()));
-            let busy = !self.drained_since_commit;
-            // Going quiet hurries a commit for what readers wait for: the records read
-            // or written in its transaction, a watermark that moved. Other changes of
-            // state (new tasks' entries, upstream markers read) wait for the interval.
-            let quiet = self.drained && (self.carries_records || self.core.has_news());
+            let busy = !self.caught_up_since_commit;
+            // Going quiet hurries a commit for what readers wait for: the records written
+            // in its transaction, a watermark that moved. Other changes of state (records
+            // read that wrote nothing yet, new tasks' entries, upstream markers read)
+            // wait for the interval: committed early, the records a stage holds for
+            // the watermark (a join's orders, the amount rule's payments) went to the
+            // changelog at nearly every commit, and out again at the next.
+            let quiet = self.caught_up && (self.carries_records || self.core.has_news());
             if self.core.decision_unsent()
                 || self.core.answer_unsent()
                 || self.repeat_idle.is_some()
@@ -452,7 +472,8 @@ impl<S: Service> Runner<S> {
             let polled = consumer.poll(timeout);
             timeout = Duration::ZERO;
             self.drained = polled.is_none();
-            self.drained_since_commit |= self.drained;
+            self.caught_up = self.drained && !self.source_backlog();
+            self.caught_up_since_commit |= self.caught_up;
             match polled {
                 Some(Ok(message)) => self.on_message(&message)?,
                 // A fatal consumer error (a static member fenced after its session
@@ -471,6 +492,36 @@ impl<S: Service> Runner<S> {
             (0..self.batch_records).for_each(|_| self.metrics.processing.observe(processing));
         }
         Ok(())
+    }
+
+    /// Whether a source partition being read has records on the broker beyond what
+    /// was read, as its last fetch said (librdkafka's cached high watermark, no
+    /// request): a member reading a backlog drains its fetched records whenever a
+    /// fetch is slower than the processing, which is not the input going quiet.
+    /// Source topics only: upstream topics hold open transactions, whose records lie
+    /// below the high watermark but cannot be read yet. (A source written in
+    /// transactions holds them only while one is open.) The consumer's position
+    /// counts as read where it is further: it moves past transaction markers.
+    fn source_backlog(&self) -> bool {
+        let client = self.consumer.client().native_ptr();
+        let mut positions = None;
+        self.silence.watched().any(|slot| {
+            if !self.core.inputs()[slot.0].is_source() || self.core.is_paused(slot) {
+                return false;
+            }
+            let consumer = positions.get_or_insert_with(|| self.consumer.position().ok());
+            let position = consumer.as_ref().and_then(|p| p.find_partition(&self.topics[slot.0].0, slot.1));
+            let Some(read) = position.and_then(|e| concrete(e.offset())).max(self.core.position(slot)) else {
+                return false;
+            };
+            let (mut low, mut high) = (0i64, 0i64);
+            let topic = &self.topic_names[slot.0];
+            // SAFETY: the client outlives the call; the name is a NUL-terminated copy.
+            let err = unsafe {
+                rdkafka::bindings::rd_kafka_get_watermark_offsets(client, topic.as_ptr(), slot.1, &mut low, &mut high)
+            };
+            err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high > read
+        })
     }
 
     fn set_role(&self, role: Role) {
@@ -803,6 +854,7 @@ impl<S: Service> Runner<S> {
                 let record =
                     BaseRecord::to(&self.topics[input].0).partition(partition).key(key.as_str()).payload(payload);
                 self.send(record)?;
+                self.carries_records = true;
             }
             Routed::Done => {}
         }
@@ -816,10 +868,10 @@ impl<S: Service> Runner<S> {
                 Some((at, records)) if *at == read => *records += 1,
                 _ => self.reads.push((read, 1)),
             }
-            self.carries_records = true;
         }
         if let Some(reason) = undecodable {
             self.dead_letter(&self.topics[slot.0].0, p, offset, reason, payload)?;
+            self.carries_records = true;
         }
         Ok(())
     }
@@ -1095,7 +1147,7 @@ impl<S: Service> Runner<S> {
                 self.failed_commits = 0;
                 self.core.committed();
                 self.last_commit = Instant::now();
-                self.drained_since_commit = false;
+                self.caught_up_since_commit = false;
                 self.cadence.committed(took);
                 self.metrics.commits.inc();
                 self.metrics.commit_seconds.observe(took.as_secs_f64());

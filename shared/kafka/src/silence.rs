@@ -52,6 +52,11 @@ impl Silence {
         self.slots.insert(slot, Spell { since: now, behind: 0 });
     }
 
+    /// The partitions watched: the source and repartition partitions assigned.
+    pub fn watched(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.slots.keys().copied()
+    }
+
     /// The partition delivered something: its silence starts over.
     pub fn heard(&mut self, slot: Slot, now: Instant) {
         if let Some(spell) = self.slots.get_mut(&slot) {
