@@ -233,8 +233,8 @@ impl<S: Service> Runner<S> {
             // time, so a task reads its partitions nearly in step: with 20 000
             // records and 1 MiB fetches (one to two hours of the generated traffic)
             // a task's orders ran that far ahead of its payments or behind them, and
-            // its joins waited in state across commits (README, Performance, "What
-            // join-enrich waits for").
+            // its joins waited in state across commits (README, Performance,
+            // "Reading in step, state in chunks").
             .set("max.partition.fetch.bytes", "131072");
         connection::fetch_again_when_drained(&mut consumer_config, 2_000);
         if service.parallelism() == Parallelism::PerPartition {
