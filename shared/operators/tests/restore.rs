@@ -211,15 +211,8 @@ struct StatsBeforeTtl {
     m2: f64,
 }
 
-#[test]
-fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
-    let mut anomalies = PaymentAnomalies::new(&Config::default());
-    // Five payments of 100, 110, 90, 105, 95: mean 100, sample variance 62.5.
-    let old = StatsBeforeTtl { count: 5, mean: 100.0, m2: 250.0 };
-    anomalies.restore_entry(&encode_key(1, "cust-7"), Some(&encode_value(&old))).expect("the old layout restores");
-    anomalies.finish_restore();
-    let mut out = Vec::new();
-    let ts = 1_700_000_000_000;
+/// Customer cust-7's payment `pay-1` of 130 at `ts`, joined with its order.
+fn payment_of_130(ts: Millis) -> Arc<vigil_model::output::EnrichedPayment> {
     let order = vigil_model::Order {
         order_id: "order-1".into(),
         customer_id: "cust-7".into(),
@@ -234,7 +227,18 @@ fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
         payment_ts: ts,
         method: "card".into(),
     };
-    anomalies.on_record(Arc::new(vigil_operators::join_enrich::enrich(payment, Some(&order), 0.01)), &mut out);
+    Arc::new(vigil_operators::join_enrich::enrich(payment, Some(&order), 0.01))
+}
+
+#[test]
+fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
+    let mut anomalies = PaymentAnomalies::new(&Config::default());
+    // Five payments of 100, 110, 90, 105, 95: mean 100, sample variance 62.5.
+    let old = StatsBeforeTtl { count: 5, mean: 100.0, m2: 250.0 };
+    anomalies.restore_entry(&encode_key(1, "cust-7"), Some(&encode_value(&old))).expect("the old layout restores");
+    anomalies.finish_restore();
+    let mut out = Vec::new();
+    anomalies.on_record(payment_of_130(1_700_000_000_000), &mut out);
     anomalies.on_watermark(Millis::MAX, &mut out);
     let threshold = 100.0 + 3.0 * 62.5f64.sqrt();
     match &out[..] {
@@ -255,21 +259,7 @@ fn statistics_written_by_the_older_layout_restore_and_keep_scoring() {
 #[test]
 fn waiting_payments_written_one_entry_each_restore_and_move_into_a_chunk() {
     let ts = 1_700_000_000_000;
-    let order = vigil_model::Order {
-        order_id: "order-1".into(),
-        customer_id: "cust-7".into(),
-        order_amount: 130.0,
-        order_ts: ts,
-        country: "US".into(),
-    };
-    let payment = vigil_model::Payment {
-        payment_id: "pay-1".into(),
-        order_id: "order-1".into(),
-        paid_amount: 130.0,
-        payment_ts: ts,
-        method: "card".into(),
-    };
-    let enriched = Arc::new(vigil_operators::join_enrich::enrich(payment, Some(&order), 0.01));
+    let enriched = payment_of_130(ts);
     let old_key = encode_key(3, &(ts, "pay-1", 1u64));
     let mut anomalies = PaymentAnomalies::new(&Config::default());
     anomalies.track_changes();
