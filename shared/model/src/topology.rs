@@ -252,11 +252,11 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_the_topics_as_declared() {
-        let readme = include_str!("../../../README.md");
+    fn the_kafka_doc_lists_the_topics_as_declared() {
+        let doc = include_str!("../../../docs/kafka.md");
         assert!(
-            readme.contains(&topic_table()),
-            "the README's topic table is not the declared one:\n{}",
+            doc.contains(&topic_table()),
+            "docs/kafka.md's topic table is not the declared one:\n{}",
             topic_table()
         );
     }
