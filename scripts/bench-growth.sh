@@ -20,7 +20,7 @@ WORK="$PWD/.cache/bench-growth"
 read -r -a PIN <<<"${TASKSET:-}"
 log() { printf 'bench-growth: %s\n' "$*" >&2; }
 
-cargo build --release -p vigil-pipeline -p vigil-generator --locked -q
+cargo build --release -p vigil-pipeline -p vigil --locked -q
 mkdir -p "$WORK"
 
 # dataset folder, then the generator's arguments for it
@@ -29,7 +29,7 @@ dataset() {
   shift
   if [[ ! -s "$dir/orders.ndjson" ]]; then
     log "writing $dir"
-    target/release/vigil-generator --out "$dir" "$@" >/dev/null 2>&1
+    target/release/vigil generate --out "$dir" "$@" >/dev/null 2>&1
   fi
   echo "$dir"
 }

@@ -68,7 +68,6 @@ export KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS--Xms6g -Xmx6g -Xmn4g}"
 export KAFKA_JVM_PERFORMANCE_OPTS="${KAFKA_JVM_PERFORMANCE_OPTS--XX:MetaspaceSize=96m -XX:+UseG1GC \
 -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:G1HeapRegionSize=16M \
 -XX:MinMetaspaceFreeRatio=50 -XX:MaxMetaspaceFreeRatio=80 -XX:+ExplicitGCInvokesConcurrent}"
-SERVICES=(join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor)
 PIDS=()
 
 # shellcheck source=scripts/lib/stack.sh
@@ -86,7 +85,7 @@ fresh_stack() {
   # shellcheck disable=SC1091
   . "$VIGIL_STACK_STATE/env"
   set +a
-  "$BIN"/vigil-admin provision >/dev/null
+  "$BIN"/vigil provision >/dev/null
   [[ "${1:-}" != bare ]] || return 0
   start_services
   sleep 5
@@ -96,7 +95,7 @@ start_services() {
   local port=19100
   for s in "${SERVICES[@]}"; do
     port=$((port + 1))
-    VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=warn "$BIN"/vigil-"$s" 2>"$VIGIL_STACK_STATE/$s.log" &
+    VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=warn "$BIN"/vigil "$s" 2>"$VIGIL_STACK_STATE/$s.log" &
     PIDS+=($!)
   done
 }
@@ -117,6 +116,7 @@ echo "== building (release)"
 [[ "$BIN" != target/release ]] || cargo build --release --workspace --bins --locked -q
 # The probe is the instrument, not the subject: always this tree's.
 cargo build --release -p vigil-kafka --example latency_probe --locked -q
+mapfile -t SERVICES < <("$BIN"/vigil stages)
 echo "== the broker's JVM: $KAFKA_HEAP_OPTS $KAFKA_JVM_PERFORMANCE_OPTS"
 
 # CPU seconds (user + system) a process has spent so far.
@@ -129,7 +129,7 @@ cpu_seconds() {
 # topics), pre-loaded, then processed and committed by all six services.
 process_preloaded() {
   local t0 t1 events broker broker_cpu
-  "$BIN"/vigil-generator --kafka --scale "$2" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
+  "$BIN"/vigil generate --kafka --scale "$2" --keys "$1" 2>"$VIGIL_STACK_STATE/generator.log"
   events=$(grep -o 'produced [0-9]*' "$VIGIL_STACK_STATE/generator.log" | grep -o '[0-9]*')
   broker=$(cat "$VIGIL_STACK_STATE/run/kafka.pid")
   broker_cpu=$(cpu_seconds "$broker")
@@ -167,7 +167,7 @@ clear_topics() {
   # Their files go a second later (`file.delete.delay.ms`): not during what follows.
   local waited=0
   while compgen -G "$VIGIL_STACK_STATE/run/kafka/data/*-delete" >/dev/null && ((waited++ < 300)); do sleep 0.1; done
-  until "$BIN"/vigil-admin provision >/dev/null 2>&1; do sleep 0.5; done
+  until "$BIN"/vigil provision >/dev/null 2>&1; do sleep 0.5; done
 }
 
 throughput() {
@@ -225,7 +225,7 @@ if [[ " $PARTS " == *" latency "* ]]; then
   # The broker logs its collections, for the probe to line the hops' tails up with.
   gc_log="$VIGIL_STACK_STATE/broker-gc.log"
   KAFKA_GC_LOG="$gc_log" fresh_stack
-  "$BIN"/vigil-generator --kafka --no-finish --rate "$RATE" \
+  "$BIN"/vigil generate --kafka --no-finish --rate "$RATE" \
     --scale "$((RATE * (WARMUP + SECONDS_LATENCY) / 1000))" 2>>"$VIGIL_STACK_STATE/generator.log" &
   generator=$!
   sleep "$WARMUP"
@@ -268,7 +268,7 @@ time_to() {
   STARTS=$((STARTS + 1))
   log="$VIGIL_STACK_STATE/$service-$STARTS.log"
   t0=$(now)
-  VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info NO_COLOR=1 "$BIN"/vigil-"$service" 2>"$log" &
+  VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info NO_COLOR=1 "$BIN"/vigil "$service" 2>"$log" &
   STARTED=$!
   until metrics=$(curl -s "127.0.0.1:$port/metrics") && awk "$until" <<<"$metrics"; do
     sleep 0.01
@@ -287,7 +287,7 @@ READY='/^vigil_tasks[{ ]/ { t += $NF } END { exit !(t > 0) }'
 if [[ " $PARTS " == *" startup "* ]]; then
   echo "== 4. start-up on empty, then on committed changelogs"
   fresh_stack bare
-  "$BIN"/vigil-generator --kafka --scale 10 2>"$VIGIL_STACK_STATE/generator.log"
+  "$BIN"/vigil generate --kafka --scale 10 2>"$VIGIL_STACK_STATE/generator.log"
   # A new broker's first transactional producer waits while it creates its
   # transaction log: a health monitor run first takes that out of the figures.
   time_to health-monitor "$READY" "warm-up (not a figure):"
@@ -307,7 +307,7 @@ fi
 
 [[ " $PARTS " == *" raw "* ]] || exit 0
 echo "== 3. the raw broker: Kafka's perf tools, 1 000 000 records of 100 bytes"
-"$BIN"/vigil-admin provision >/dev/null
+"$BIN"/vigil provision >/dev/null
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
   --create --topic perf-test --partitions 4 --replication-factor 1 >/dev/null
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.ProducerPerformance --topic perf-test \

@@ -7,11 +7,11 @@
 # One dataset of the generator (the planted scenarios plus SCALE thousand events of
 # normal traffic, default 200; its device events are left out, join-enrich reads none)
 # goes into the input topics twice: as Avro to `orders` and `payments`, as
-# `vigil-generator --kafka` sends it, and as JSON to `kstreams-orders` and
+# `vigil generate --kafka` sends it, and as JSON to `kstreams-orders` and
 # `kstreams-payments` (scripts/kstreams-peer: `load`), both keyed by order_id and
 # partitioned alike, each followed by an end-of-input record on every partition. Then,
 # one after another from the start of their input:
-#   1. target/release/vigil-join-enrich;
+#   1. target/release/vigil join-enrich;
 #   2. the Kafka Streams application of the same join (scripts/kstreams-peer), with
 #      in-memory window stores;
 #   3. the same with RocksDB window stores.
@@ -62,7 +62,7 @@ cpu_seconds() {
 }
 peak_rss_mb() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
 
-# Tagged ENRICHED> lines (Vigil's `vigil-admin tail`, or the peer's `dump`) to
+# Tagged ENRICHED> lines (Vigil's `vigil tail`, or the peer's `dump`) to
 # "payment_id unmatched amount_mismatch" lines, sorted: what both must agree on.
 essentials() {
   sed -E 's/.*"payment_id": ?"([^"]*)".*"unmatched": ?(true|false).*"amount_mismatch": ?(true|false).*/\1 \2 \3/' "$1" |
@@ -70,7 +70,7 @@ essentials() {
 }
 
 echo "== building (release)"
-cargo build --release -p vigil-join-enrich -p vigil-generator -p vigil-admin --locked -q
+cargo build --release -p vigil --locked -q
 mvn -B -ntp -q -f "$PEER_DIR/pom.xml" package
 KS_VERSION=unknown
 for jar in "$PEER_DIR"/target/lib/kafka-streams-[0-9]*.jar; do
@@ -83,7 +83,7 @@ scripts/local-stack.sh stop >/dev/null 2>&1 || true
 mkdir -p "$STATE"
 DATA="$STATE/dataset"
 rm -rf "$DATA" "$STATE/kstreams-state"
-target/release/vigil-generator --out "$DATA" --scale "$SCALE" 2>"$STATE/generator.log"
+target/release/vigil generate --out "$DATA" --scale "$SCALE" 2>"$STATE/generator.log"
 : >"$DATA/devices.ndjson"
 ORDERS=$(grep -c . "$DATA/orders.ndjson")
 PAYMENTS=$(grep -c . "$DATA/payments.ndjson")
@@ -94,8 +94,8 @@ set -a
 # shellcheck source=/dev/null  # written by local-stack.sh start
 . "$STATE/env"
 set +a
-target/release/vigil-admin provision >/dev/null
-target/release/vigil-generator --kafka --input "$DATA" --partitions "$PARTITIONS" 2>>"$STATE/generator.log"
+target/release/vigil provision >/dev/null
+target/release/vigil generate --kafka --input "$DATA" --partitions "$PARTITIONS" 2>>"$STATE/generator.log"
 EXPECT=$(peer_tool load --bootstrap "$VIGIL_BOOTSTRAP_SERVERS" --dir "$DATA" --partitions "$PARTITIONS" \
   --create kstreams-enriched-memory,kstreams-enriched-rocksdb 2>"$STATE/load.log" | sed -n 's/^valid_payments=//p')
 [[ -n "$EXPECT" ]] || { cat "$STATE/load.log" >&2; die "loading the JSON copy failed"; }
@@ -132,7 +132,7 @@ contend() {
 }
 
 contend vigil-join-enrich vigil-join-enrich orders,payments enriched-payments \
-  env RUST_LOG=warn target/release/vigil-join-enrich
+  env RUST_LOG=warn target/release/vigil join-enrich
 for store in memory rocksdb; do
   rm -rf "$STATE/kstreams-state"
   # shellcheck disable=SC2086  # PEER_HEAP is deliberately word-split
@@ -142,7 +142,7 @@ for store in memory rocksdb; do
 done
 
 echo "== outputs, record by record (payment_id, unmatched, amount_mismatch)"
-target/release/vigil-admin tail enriched-payments --idle-exit-secs 5 >"$STATE/out-vigil-join-enrich.ndjson" 2>/dev/null
+target/release/vigil tail enriched-payments --idle-exit-secs 5 >"$STATE/out-vigil-join-enrich.ndjson" 2>/dev/null
 essentials "$STATE/out-vigil-join-enrich.ndjson" >"$STATE/essentials-vigil-join-enrich.txt"
 for store in memory rocksdb; do
   peer_tool dump --bootstrap "$VIGIL_BOOTSTRAP_SERVERS" --topic "kstreams-enriched-$store" >"$STATE/out-kstreams-$store.ndjson"

@@ -24,15 +24,15 @@ FEW="$WORK/planted-1000"
 LOGS="$WORK/logs"
 STATEFUL=(join-enrich payment-metrics payment-anomalies)
 log() { printf 'bench-state: %s\n' "$*" >&2; }
-# shellcheck source=scripts/lib/services.sh
-. scripts/lib/services.sh
 # shellcheck source=scripts/lib/stack.sh
 . scripts/lib/stack.sh
 
 cargo build --release --workspace --bins --locked
+# shellcheck source=scripts/lib/services.sh
+. scripts/lib/services.sh
 mkdir -p "$WORK" "$LOGS"
-[[ -s "$DATA/orders.ndjson" ]] || target/release/vigil-generator --out "$DATA" --distinct-customers "$N"
-[[ -s "$FEW/orders.ndjson" ]] || target/release/vigil-generator --out "$FEW" --scale 1000
+[[ -s "$DATA/orders.ndjson" ]] || target/release/vigil generate --out "$DATA" --distinct-customers "$N"
+[[ -s "$FEW/orders.ndjson" ]] || target/release/vigil generate --out "$FEW" --scale 1000
 
 # --- 1. embedded ---------------------------------------------------------------------
 embedded() { # dataset label
@@ -52,13 +52,13 @@ embedded "$DATA" "$N customers"
 export VIGIL_STACK_STATE="$WORK/stack"
 trap 'svc_stop_all; scripts/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
 stack_up
-target/release/vigil-admin provision >/dev/null
+target/release/vigil provision >/dev/null
 
 for s in "${SERVICES[@]}"; do svc_start "$s"; done
 sleep 5
 log "producing $((2 * N)) records"
 t0=$(date +%s.%N)
-target/release/vigil-generator --kafka --input "$DATA" 2>>"$LOGS/generator.log"
+target/release/vigil generate --kafka --input "$DATA" 2>>"$LOGS/generator.log"
 produced=$(date +%s.%N)
 log "waiting for payment-anomalies and payment-metrics to read every enriched payment"
 while (($(svc_metric payment-anomalies vigil_records_in_total) < N || $(svc_metric payment-metrics vigil_records_in_total) < N)); do

@@ -50,7 +50,7 @@ log() { printf 'chaos: %s\n' "$*" >&2; }
 
 cargo build --release --workspace --bins --locked
 rm -rf "$LOGS" && mkdir -p "$WORK" "$LOGS"
-[[ -s "$DATA/orders.ndjson" ]] || target/release/vigil-generator --out "$DATA" --scale "$SCALE"
+[[ -s "$DATA/orders.ndjson" ]] || target/release/vigil generate --out "$DATA" --scale "$SCALE"
 records=$(cat "$DATA"/*.ndjson | wc -l)
 
 # shellcheck source=scripts/lib/services.sh
@@ -69,7 +69,7 @@ chaos_up
 # The input flows for about as long as the schedule takes (~12 s a fault).
 rate=$((records / (FAULTS * 12) + 1))
 log "producing $records records at $rate records/s while $FAULTS faults are injected"
-target/release/vigil-generator --kafka --input "$DATA" --rate "$rate" --keys "${KEYS:-join}" 2>"$LOGS/generator.log" &
+target/release/vigil generate --kafka --input "$DATA" --rate "$rate" --keys "${KEYS:-join}" 2>"$LOGS/generator.log" &
 GENERATOR=$!
 # Faults start once the generator has its schemas (it fetches each one on first use):
 # a producer stalled by a registry outage would make the input itself go idle.

@@ -84,4 +84,4 @@ export VIGIL_CLUSTER_TASKMANAGERS=$TASKMANAGERS
 export VIGIL_CLUSTER_ARTIFACTS=$ART
 # SIGKILL to one taskmanager (its id is its container's host name, the container id).
 export VIGIL_CLUSTER_KILL_TASKMANAGER='docker kill {taskmanager}'
-cargo test --locked -p vigil-jobmanager --test cluster -- --ignored --nocapture --test-threads 1
+cargo test --locked -p vigil --test cluster -- --ignored --nocapture --test-threads 1

@@ -23,7 +23,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 # Seeds: the lines of a small planted dataset, one file each.
 seeds="$PWD/.cache/fuzz-seeds"
 if [[ ! -d "$seeds/lines" ]]; then
-  cargo run --quiet --release -p vigil-generator -- --out "$seeds/dataset" --scale 1 >/dev/null
+  cargo run --quiet --release -p vigil -- generate --out "$seeds/dataset" --scale 1 >/dev/null
   mkdir -p "$seeds/lines"
   cat "$seeds"/dataset/*.ndjson | split -l 1 -a 5 - "$seeds/lines/line-"
 fi

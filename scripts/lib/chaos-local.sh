@@ -13,7 +13,7 @@ stack_pid() { cat "$VIGIL_STACK_STATE/run/$1.pid"; }
 
 chaos_up() {
   stack_up
-  target/release/vigil-admin provision >/dev/null
+  target/release/vigil provision >/dev/null
   for s in "${SERVICES[@]}"; do svc_start "$s"; done
   sleep 5
 }

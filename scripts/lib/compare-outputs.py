@@ -3,7 +3,7 @@
 
     compare-outputs.py [--any-lag] KAFKA_LINES EMBEDDED_LINES
 
-Both files hold `KIND> {json}` lines (as `vigil-admin tail` and `vigil-pipeline`
+Both files hold `KIND> {json}` lines (as `vigil tail` and `vigil-pipeline`
 print them). Lines are compared as multisets: a line the embedded runtime has more
 often is lost, one Kafka has more often is duplicated (or wrong). Dead letters are
 counted apart. Prints one summary line per kind and the totals; exits 1 when the

@@ -3,10 +3,10 @@
 # stack (bench-state.sh, chaos.sh). Needs LOGS (a folder for the logs) and the stack's
 # env (VIGIL_BOOTSTRAP_SERVERS, VIGIL_SCHEMA_REGISTRY_URL) exported.
 
-SERVICES=(join-enrich payment-metrics payment-anomalies device-router device-analytics health-monitor)
-# Every output topic, as `vigil-admin tail` takes them.
-OUTPUT_TOPICS=(enriched-payments payment-metrics payment-anomalies device-metrics device-anomalies
-  device-events-late enriched-payments-late health-alerts dead-letters)
+# The stages, and every output topic as `vigil tail` takes them, as the binary
+# declares them.
+mapfile -t SERVICES < <(target/release/vigil stages)
+mapfile -t OUTPUT_TOPICS < <(target/release/vigil outputs)
 declare -A PIDS PORTS
 
 # Starts instance $2 (default 0) of service $1; its key in PIDS and PORTS is
@@ -16,7 +16,7 @@ svc_start() {
   key=$([[ "$instance" == 0 ]] && echo "$name" || echo "$name/$instance")
   svc_port
   VIGIL_INSTANCE="$instance" VIGIL_METRICS_ADDR="127.0.0.1:$port" RUST_LOG=info,rdkafka=warn \
-    target/release/vigil-"$name" >>"$LOGS/$name-$instance.log" 2>&1 &
+    target/release/vigil "$name" >>"$LOGS/$name-$instance.log" 2>&1 &
   PIDS[$key]=$!
   PORTS[$key]=$port
 }
@@ -55,5 +55,5 @@ svc_stop_all() {
 
 # The committed output (read_committed) as tagged lines, into file $1.
 committed_output() {
-  target/release/vigil-admin tail --idle-exit-secs 10 "${OUTPUT_TOPICS[@]}" >"$1"
+  target/release/vigil tail --idle-exit-secs 10 "${OUTPUT_TOPICS[@]}" >"$1"
 }

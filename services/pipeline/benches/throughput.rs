@@ -10,9 +10,11 @@ use std::io;
 use std::path::PathBuf;
 
 use vigil_datagen::Dataset;
+use vigil_embedded::sink::OutputWriter;
+use vigil_ingest::MergedInput;
 use vigil_model::Config;
-use vigil_pipeline::ingest::MergedInput;
-use vigil_pipeline::sink::OutputWriter;
+use vigil_operators::SeedPipeline;
+use vigil_stream::Pipeline;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -37,12 +39,14 @@ fn main() -> io::Result<()> {
         for _ in 0..RUNS {
             reset_peak_memory();
             let sink: Option<Box<dyn io::Write + Send>> = if formatted { Some(Box::new(io::sink())) } else { None };
-            let mut writer = OutputWriter::new(sink, None)?;
-            let stats = vigil_pipeline::run(&config, MergedInput::from_dir(&dir)?, |o| writer.write(&o), |_, _| {})?;
-            assert!(stats.ledger.balances(), "{}", stats.ledger);
+            let mut writer = OutputWriter::new(&SeedPipeline::default().topology().topics(), sink, None)?;
+            let input = MergedInput::from_dir(&dir)?;
+            let write = |topic, record: std::sync::Arc<dyn vigil_model::Printed>| writer.write(topic, &*record);
+            let stats = vigil_embedded::run(&SeedPipeline::default(), &config, input, write, |_, _| {})?;
+            assert!(stats.ledger.balanced(), "{}", stats.ledger);
             rates.push(stats.events_per_second());
             read = stats.ledger.read;
-            emitted = writer.counts().map(|(_, n)| n).sum::<u64>();
+            emitted = writer.counts().iter().map(|(_, n)| n).sum::<u64>();
         }
         rates.sort_by(f64::total_cmp);
         println!(

@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use vigil_embedded::sink::{OutputWriter, WriteBehind};
+use vigil_embedded::RunStats;
+use vigil_ingest::MergedInput;
 use vigil_model::Config;
-use vigil_pipeline::ingest::MergedInput;
-use vigil_pipeline::sink::{OutputWriter, WriteBehind};
-use vigil_pipeline::RunStats;
+use vigil_operators::SeedPipeline;
+use vigil_stream::Pipeline;
 
 // The pipeline allocates a few small strings per record; mimalloc's thread-local
 // free lists make that markedly cheaper than glibc's malloc.
@@ -28,7 +30,7 @@ struct Args {
     /// (default: the built-in planted dataset).
     #[arg(long, value_name = "DIR")]
     input: Option<PathBuf>,
-    /// Also write one NDJSON file per output kind into this folder.
+    /// Also write one NDJSON file per output topic (`<topic>.ndjson`) into this folder.
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
     /// TOML configuration file (see the README); VIGIL_<SECTION>_<KEY> variables override it.
@@ -72,14 +74,16 @@ fn run(args: Args) -> Result<ExitCode> {
         ),
     };
     let tagged: Option<Box<dyn Write + Send>> = if args.quiet { None } else { Some(Box::new(io::stdout())) };
-    let mut writer = WriteBehind::spawn(OutputWriter::new(tagged, args.output.as_deref())?)?;
+    let topics = SeedPipeline::default().topology().topics();
+    let mut writer = WriteBehind::spawn(OutputWriter::new(&topics, tagged, args.output.as_deref())?)?;
     let show_progress = io::stderr().is_terminal() || args.quiet;
     let mut last_report = Duration::ZERO;
     let started = Instant::now();
-    let result = vigil_pipeline::run(
+    let result = vigil_embedded::run(
+        &SeedPipeline::default(),
         &config,
         input,
-        |o| writer.write(o),
+        |topic, record| writer.write(topic, record),
         |n, elapsed| {
             if show_progress && elapsed >= last_report + Duration::from_secs(2) {
                 last_report = elapsed;
@@ -103,13 +107,13 @@ fn run(args: Args) -> Result<ExitCode> {
         stats.events_per_second(),
         config.runtime.partitions
     );
-    let counts: Vec<String> = writer.counts().map(|(k, n)| format!("{} {n}", k.tag())).collect();
+    let counts: Vec<String> = writer.counts().iter().map(|(tag, n)| format!("{tag} {n}")).collect();
     eprintln!("vigil: out: {}", counts.join(", "));
     eprintln!("vigil: ledger: {}", stats.ledger);
     if let Some(dir) = &args.output {
-        eprintln!("vigil: one NDJSON file per kind in {}", dir.display());
+        eprintln!("vigil: one NDJSON file per output topic in {}", dir.display());
     }
-    if !stats.ledger.balances() {
+    if !stats.ledger.balanced() {
         bail!("the input ledger does not balance: a record was lost; please report this with the input");
     }
     Ok(ExitCode::SUCCESS)

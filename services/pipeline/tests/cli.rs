@@ -79,21 +79,20 @@ fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
     assert!(dead.iter().any(|l| l.contains("unknown variant `boom`")));
     assert!(dead.iter().any(|l| l.contains(r#""line": "not json at all""#)));
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ENRICHED>")).count(), 1);
-    assert!(text(&out.stderr)
-        .contains("read 6 = on time 2 (orders 1, payments 1, device events 0) + late 0 + dead letters 4: balanced"));
+    assert!(text(&out.stderr).contains("ledger: read 6 = on time 2 + late 0 + dead letters 4: balanced"));
 }
 
 #[test]
-fn an_output_folder_gets_one_ndjson_file_per_kind() {
+fn an_output_folder_gets_one_ndjson_file_per_output_topic() {
     let tmp = scratch("output");
     let dir = tmp.path();
     let out = pipeline(&["--quiet", "--output", dir.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty(), "--quiet prints no tagged lines");
-    let late = std::fs::read_to_string(dir.join("late_events.ndjson")).unwrap();
+    let late = std::fs::read_to_string(dir.join("device-events-late.ndjson")).unwrap();
     assert_eq!(late.lines().count(), 1);
     assert!(late.starts_with(r#"{"record_type": "device_event", "device_id": "dev-101""#));
-    let alerts = std::fs::read_to_string(dir.join("health_alerts.ndjson")).unwrap();
+    let alerts = std::fs::read_to_string(dir.join("health-alerts.ndjson")).unwrap();
     assert_eq!(alerts.lines().count(), 4);
 }
 

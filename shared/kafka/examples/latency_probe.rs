@@ -30,7 +30,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::markers::{self, UpstreamWatermarks};
+use vigil_kafka::core::markers::{self, UpstreamWatermarks};
+use vigil_kafka::marker_headers;
 use vigil_model::output::EnrichedPayment;
 use vigil_model::{DeviceEvent, Millis, Payment};
 use vigil_stream::watermark::NO_WATERMARK;
@@ -223,7 +224,7 @@ fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
     while Instant::now() < end {
         let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else { continue };
         let seen = now_ms();
-        if let Some(marker) = markers::read(&m) {
+        if let Some(marker) = marker_headers::read(&m) {
             if m.topic() == "enriched-payments" {
                 releases.marker(m.partition() as usize, marker, seen);
             }

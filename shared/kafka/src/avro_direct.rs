@@ -541,28 +541,30 @@ mod tests {
     use vigil_model::{EventType, Millis};
 
     use super::*;
-    use crate::topics::{
-        Topic, DATA_TOPICS, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS, ENRICHED_PAYMENTS,
+    use vigil_model::topology::{
+        Topic, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS, ENRICHED_PAYMENTS,
         ENRICHED_PAYMENTS_LATE, ORDERS, PAYMENTS,
     };
+    use vigil_operators::SeedPipeline;
+    use vigil_stream::Pipeline;
 
-    fn schema(topic: Topic) -> Schema {
+    fn schema(topic: &'static Topic) -> Schema {
         Schema::parse_str(topic.schema).unwrap()
     }
 
-    fn shape(topic: Topic) -> Shape {
+    fn shape(topic: &'static Topic) -> Shape {
         Shape::of(&schema(topic)).unwrap_or_else(|| panic!("{} has no shape", topic.name))
     }
 
     /// A topic's schema, parsed once, and its shape.
     struct Both {
-        topic: Topic,
+        topic: &'static Topic,
         schema: Schema,
         shape: Shape,
     }
 
     impl Both {
-        fn of(topic: Topic) -> Both {
+        fn of(topic: &'static Topic) -> Both {
             Both { topic, schema: schema(topic), shape: shape(topic) }
         }
 
@@ -607,11 +609,13 @@ mod tests {
 
     #[test]
     fn the_per_event_topics_have_shapes_and_unions_of_records_do_not() {
-        for topic in DATA_TOPICS {
+        for topic in SeedPipeline::default().topology().topics() {
             let top_level_union = matches!(schema(topic), Schema::Union(_));
             assert_eq!(Shape::of(&schema(topic)).is_none(), top_level_union, "{}", topic.name);
         }
-        for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS, DEVICE_EVENTS_ONTIME, DEVICE_EVENTS_LATE, ENRICHED_PAYMENTS] {
+        for topic in
+            [&ORDERS, &PAYMENTS, &DEVICE_EVENTS, &DEVICE_EVENTS_ONTIME, &DEVICE_EVENTS_LATE, &ENRICHED_PAYMENTS]
+        {
             shape(topic);
         }
     }
@@ -622,13 +626,13 @@ mod tests {
         let draw = Draw::new(11);
         let event_types = [EventType::Heartbeat, EventType::Fault, EventType::Reboot, EventType::FirmwareUpdate];
         let [orders, payments, devices, on_time, late_devices, enriched_payments, late_payments] = [
-            ORDERS,
-            PAYMENTS,
-            DEVICE_EVENTS,
-            DEVICE_EVENTS_ONTIME,
-            DEVICE_EVENTS_LATE,
-            ENRICHED_PAYMENTS,
-            ENRICHED_PAYMENTS_LATE,
+            &ORDERS,
+            &PAYMENTS,
+            &DEVICE_EVENTS,
+            &DEVICE_EVENTS_ONTIME,
+            &DEVICE_EVENTS_LATE,
+            &ENRICHED_PAYMENTS,
+            &ENRICHED_PAYMENTS_LATE,
         ]
         .map(Both::of);
         for i in 0..300 {
@@ -680,7 +684,7 @@ mod tests {
     fn reads_no_damaged_datum_that_apache_avro_refuses_or_reads_otherwise() {
         let traffic = Traffic::new(3, 1_700_000_000_000, 0);
         let draw = Draw::new(5);
-        let (shape, schema) = (shape(ENRICHED_PAYMENTS), schema(ENRICHED_PAYMENTS));
+        let (shape, schema) = (shape(&ENRICHED_PAYMENTS), schema(&ENRICHED_PAYMENTS));
         let reader = GenericDatumReader::builder(&schema).build().unwrap();
         let (mut read_here, mut refused_here) = (0, 0);
         for i in 0..3000 {
@@ -721,16 +725,16 @@ mod tests {
             revision: 1,
         };
         // Revision 1 is skipped (its default is the schema's to write).
-        assert!(write(&shape(DEVICE_METRICS), &metrics, &mut Vec::new()).is_err());
+        assert!(write(&shape(&DEVICE_METRICS), &metrics, &mut Vec::new()).is_err());
         let revised = DeviceMetrics { revision: 2, ..metrics };
         let mut ours = Vec::new();
-        write(&shape(DEVICE_METRICS), &revised, &mut ours).unwrap();
-        assert_eq!(ours, Both::of(DEVICE_METRICS).theirs(&revised));
+        write(&shape(&DEVICE_METRICS), &revised, &mut ours).unwrap();
+        assert_eq!(ours, Both::of(&DEVICE_METRICS).theirs(&revised));
         // Fields in another order than the schema's, or a value of another type.
         let order = traffic_order();
-        assert!(write(&shape(PAYMENTS), &order, &mut Vec::new()).is_err());
-        assert!(write(&shape(ORDERS), &(1, 2), &mut Vec::new()).is_err());
-        assert!(write(&shape(ORDERS), "order-1", &mut Vec::new()).is_err());
+        assert!(write(&shape(&PAYMENTS), &order, &mut Vec::new()).is_err());
+        assert!(write(&shape(&ORDERS), &(1, 2), &mut Vec::new()).is_err());
+        assert!(write(&shape(&ORDERS), "order-1", &mut Vec::new()).is_err());
     }
 
     fn traffic_order() -> vigil_model::Order {

@@ -5,19 +5,17 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, Parser};
 use vigil_model::Config;
 
 use crate::metrics::MetricsRegistry;
 use crate::observe::{self, Health};
 use crate::runner::Common;
-use crate::stages;
+use crate::services::Service;
 use crate::status::MemberStatus;
 use crate::supervise::Supervisor;
 
@@ -53,6 +51,7 @@ impl KafkaArgs {
     }
 }
 
+/// One member of a stage, until SIGTERM or SIGINT.
 #[derive(Debug, Parser)]
 struct ServiceArgs {
     #[command(flatten)]
@@ -68,39 +67,29 @@ struct ServiceArgs {
     metrics_addr: SocketAddr,
 }
 
-/// Everything a service binary's `main` does: one member of `stage`.
-pub fn main_for(stage: &str) -> ExitCode {
-    observe::init_tracing();
-    let args = ServiceArgs::parse();
-    exit_code(run(stage, args))
+/// One member of `service`, until SIGTERM or SIGINT; `args` is its command line, the
+/// stage's name first.
+pub fn run_stage(service: &'static dyn Service, args: Vec<String>) -> anyhow::Result<()> {
+    // `--help` and mistakes in the arguments print as clap prints them, and exit.
+    let command = std::iter::once(format!("vigil {}", service.name())).chain(args.into_iter().skip(1));
+    let args = ServiceArgs::try_parse_from(command).unwrap_or_else(|e| e.exit());
+    run(service, args)
 }
 
-/// Logs a failure and turns it into the exit code.
-pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn run(name: &str, args: ServiceArgs) -> anyhow::Result<()> {
-    let stage = stages::by_name(name).with_context(|| format!("`{name}` is not a stage"))?;
+fn run(service: &'static dyn Service, args: ServiceArgs) -> anyhow::Result<()> {
+    let name = service.name();
     let common = args.kafka.common()?;
     let registry = MetricsRegistry::new("service", &[]);
     let health = Health::new();
     let shutdown = Arc::new(AtomicBool::new(false));
     let supervisor = Supervisor {
-        stage,
+        service,
         member: args.instance.clone(),
         group_id: args.group_id,
         common,
         registry: registry.clone(),
         status: Arc::new(Mutex::new(MemberStatus::new(name, &args.instance))),
-        beat: health.watch(name),
+        loop_health: health.watch(name),
         shutdown: shutdown.clone(),
     };
     let addr = observe::serve(args.metrics_addr, registry, health, shutdown)?;

@@ -27,7 +27,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::avro_direct::{self, Shape};
-use crate::topics::{Topic, DATA_TOPICS};
+use vigil_model::topology::Topic;
+
+use crate::core::Encode;
 
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -61,35 +63,47 @@ fn schema_id(payload: &[u8]) -> Option<u32> {
     }
 }
 
-/// One of Vigil's own value schemas, with a reader and a writer kept for it.
+/// A value schema of one of the pipeline's topics, with a reader and a writer kept for
+/// it.
 struct Own {
     topic: &'static str,
     canonical: String,
+    supplied: SuppliedSchema,
     shape: Option<Shape>,
     reader: GenericDatumReader<'static>,
     writer: GenericDatumWriter<'static>,
 }
 
-/// Vigil's own value schemas, parsed once per process (they are compiled in, and a
-/// test parses every one).
-fn own_schemas() -> &'static [Own] {
-    static OWN: OnceLock<Vec<Own>> = OnceLock::new();
-    OWN.get_or_init(|| {
-        DATA_TOPICS
-            .iter()
-            .map(|t| {
-                let schema: &'static Schema =
-                    Box::leak(Box::new(Schema::parse_str(t.schema).expect("Vigil's schemas parse")));
-                Own {
-                    topic: t.name,
-                    canonical: schema.canonical_form(),
-                    shape: Shape::of(schema),
-                    reader: GenericDatumReader::builder(schema).build().expect("a reader of Vigil's schema"),
-                    writer: GenericDatumWriter::builder(schema).build().expect("a writer of Vigil's schema"),
-                }
-            })
-            .collect()
-    })
+/// The pipeline's value schemas met so far in this process: each topic's is parsed
+/// once (a topic's schema is compiled in, and a test parses every one).
+fn known_schemas() -> &'static RwLock<Vec<&'static Own>> {
+    static KNOWN: OnceLock<RwLock<Vec<&'static Own>>> = OnceLock::new();
+    KNOWN.get_or_init(|| RwLock::new(Vec::new()))
+}
+
+/// The schema of `topic`'s values, parsed on first use.
+fn own(topic: &'static Topic) -> &'static Own {
+    if let Some(own) = known_schemas().read().expect("schemas").iter().find(|o| o.topic == topic.name) {
+        return own;
+    }
+    let mut known = known_schemas().write().expect("schemas");
+    if let Some(own) = known.iter().find(|o| o.topic == topic.name) {
+        return own;
+    }
+    let schema: &'static Schema = Box::leak(Box::new(
+        Schema::parse_str(topic.schema)
+            .unwrap_or_else(|e| panic!("the schema of `{}` does not parse: {e}", topic.name)),
+    ));
+    let own: &'static Own = Box::leak(Box::new(Own {
+        topic: topic.name,
+        canonical: schema.canonical_form(),
+        supplied: get_supplied_schema(schema),
+        shape: Shape::of(schema),
+        reader: GenericDatumReader::builder(schema).build().expect("a reader of the topic's schema"),
+        writer: GenericDatumWriter::builder(schema).build().expect("a writer of the topic's schema"),
+    }));
+    known.push(own);
+    own
 }
 
 pub struct Codec {
@@ -97,10 +111,9 @@ pub struct Codec {
     settings: SrSettings,
     encoder: AvroEncoder,
     decoder: AvroDecoder,
-    subjects: HashMap<&'static str, SuppliedSchema>,
     /// Lookups that failed since the decoder's error cache was last cleared.
     failed_lookups: AtomicUsize,
-    /// Schema ids met in payloads: which of Vigil's own schemas each is, if any.
+    /// Schema ids met in payloads: which of the pipeline's schemas each is, if any.
     read_ids: RwLock<HashMap<u32, Option<&'static Own>>>,
     /// The registry's id of each topic's own schema, and that schema, once a value was
     /// written under it.
@@ -132,43 +145,38 @@ impl Codec {
             }
         }
         let settings = settings.build_with(client).map_err(|e| registry(e.to_string()))?;
-        let subjects = DATA_TOPICS
-            .iter()
-            .map(|t| (t.name, t.schema))
-            .map(|(name, raw)| {
-                let schema = Schema::parse_str(raw).map_err(|e| registry(format!("schemas/{name}.avsc: {e}")))?;
-                Ok((name, get_supplied_schema(&schema)))
-            })
-            .collect::<Result<_, CodecError>>()?;
         Ok(Codec {
             url: shown,
             encoder: AvroEncoder::new(settings.clone()),
             decoder: AvroDecoder::new(settings.clone()),
             settings,
-            subjects,
             failed_lookups: AtomicUsize::new(0),
             read_ids: RwLock::new(HashMap::new()),
             write_ids: RwLock::new(HashMap::new()),
         })
     }
 
-    fn supplied(&self, topic: &str) -> SuppliedSchema {
-        self.subjects.get(topic).cloned().unwrap_or_else(|| panic!("topic `{topic}` has no value schema"))
+    /// Reads values of `topics` the fast way from the start (their schemas are parsed
+    /// now rather than at their first value).
+    pub fn reads(&self, topics: &[&'static Topic]) {
+        topics.iter().for_each(|&t| {
+            own(t);
+        });
     }
 
-    /// Registers every topic's value schema; returns (subject, schema id).
-    pub fn register_all(&self) -> Result<Vec<(String, u32)>, CodecError> {
+    /// Registers the value schema of each of `topics`; returns (subject, schema id).
+    pub fn register(&self, topics: &[&'static Topic]) -> Result<Vec<(String, u32)>, CodecError> {
         let mut ids = Vec::new();
-        for topic in DATA_TOPICS {
+        for &topic in topics {
             let subject = format!("{}-value", topic.name);
-            let registered = post_schema(&self.settings, subject.clone(), self.supplied(topic.name))
+            let registered = post_schema(&self.settings, subject.clone(), own(topic).supplied.clone())
                 .map_err(|e| CodecError::Registry { url: self.url.clone(), reason: format!("{subject}: {e}") })?;
             ids.push((subject, registered.id));
         }
         Ok(ids)
     }
 
-    pub fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>, CodecError> {
+    pub fn encode<T: Serialize>(&self, topic: &'static Topic, value: &T) -> Result<Vec<u8>, CodecError> {
         let encode_error = |reason: String| CodecError::Encode { topic: topic.name.to_string(), reason };
         if let Some(&(id, own)) = self.write_ids.read().expect("write ids").get(topic.name) {
             let mut bytes = Vec::with_capacity(128);
@@ -183,8 +191,9 @@ impl Codec {
             own.writer.write_ser(&mut bytes, value).map_err(|e| encode_error(e.to_string()))?;
             return Ok(bytes);
         }
+        let own = own(topic);
         let strategy =
-            SubjectNameStrategy::TopicNameStrategyWithSchema(topic.name.to_string(), false, self.supplied(topic.name));
+            SubjectNameStrategy::TopicNameStrategyWithSchema(topic.name.to_string(), false, own.supplied.clone());
         let bytes = self.encoder.encode_struct(value, &strategy).map_err(|e| match registry_fault(&e) {
             // Registering or looking up the schema failed: the registry, not the value.
             true => {
@@ -193,8 +202,7 @@ impl Codec {
             }
             false => encode_error(e.to_string()),
         })?;
-        let own = own_schemas().iter().find(|o| o.topic == topic.name);
-        if let (Some(id), Some(own)) = (schema_id(&bytes), own) {
+        if let Some(id) = schema_id(&bytes) {
             self.write_ids.write().expect("write ids").insert(topic.name, (id, own));
         }
         Ok(bytes)
@@ -221,7 +229,7 @@ impl Codec {
         let mut read_ids = self.read_ids.write().expect("read ids");
         read_ids.entry(decoded.schema.id).or_insert_with(|| {
             let canonical = decoded.schema.parsed.canonical_form();
-            own_schemas().iter().find(|o| o.canonical == canonical)
+            known_schemas().read().expect("schemas").iter().copied().find(|o| o.canonical == canonical)
         });
         Ok(unwrap_union(decoded.value))
     }
@@ -239,6 +247,14 @@ impl Codec {
         }
         let value = self.decode_value(payload)?;
         apache_avro::from_value(&value).map_err(|e| CodecError::Decode(format!("a value of the wrong shape: {e}")))
+    }
+}
+
+impl Encode for Codec {
+    type Error = CodecError;
+
+    fn encode<T: vigil_model::Record>(&self, topic: &'static Topic, record: &T) -> Result<Vec<u8>, CodecError> {
+        Codec::encode(self, topic, record)
     }
 }
 
@@ -278,11 +294,13 @@ mod tests {
     use vigil_model::output::{EnrichedPayment, LateDeviceEvent, RecordType};
     use vigil_model::{DeviceEvent, EventType, Order, Payment};
 
-    use crate::topics::{DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, ENRICHED_PAYMENTS, ORDERS, PAYMENTS};
+    use vigil_model::topology::{
+        DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, ENRICHED_PAYMENTS, ORDERS, PAYMENTS,
+    };
 
     /// Encodes as the registry path does (schema-directed serde), decodes as
     /// `Codec::decode` does (datum → value → serde), without a registry.
-    fn round_trip<T: Serialize + DeserializeOwned>(topic: Topic, value: &T) -> T {
+    fn round_trip<T: Serialize + DeserializeOwned>(topic: &'static Topic, value: &T) -> T {
         let schema = Schema::parse_str(topic.schema).unwrap();
         let bytes = GenericDatumWriter::builder(&schema).build().unwrap().write_ser_to_vec(value).unwrap();
         let reader = GenericDatumReader::builder(&schema).build().unwrap();
@@ -293,9 +311,9 @@ mod tests {
     #[test]
     fn records_other_services_read_survive_avro() {
         let e = matched_payment();
-        assert_eq!(round_trip(ENRICHED_PAYMENTS, &e), e);
+        assert_eq!(round_trip(&ENRICHED_PAYMENTS, &e), e);
         let d = device_event();
-        assert_eq!(round_trip(DEVICE_EVENTS, &d), d);
+        assert_eq!(round_trip(&DEVICE_EVENTS, &d), d);
     }
 
     fn matched_payment() -> EnrichedPayment {
@@ -327,8 +345,8 @@ mod tests {
     /// Written under the topic's own schema, `value` reads back the same the fast ways
     /// (by its shape; serde straight from the datum) and the generic way (datum,
     /// `Value`, serde).
-    fn reads_back_both_ways<T: Serialize + DeserializeOwned + PartialEq + Debug>(topic: Topic, value: &T) {
-        let own = own_schemas().iter().find(|o| o.topic == topic.name).unwrap();
+    fn reads_back_both_ways<T: Serialize + DeserializeOwned + PartialEq + Debug>(topic: &'static Topic, value: &T) {
+        let own = own(topic);
         let bytes = own.writer.write_ser_to_vec(value).unwrap();
         let generic: T =
             apache_avro::from_value(&unwrap_union(own.reader.read_value(&mut &bytes[..]).unwrap())).unwrap();
@@ -350,7 +368,7 @@ mod tests {
             order_ts: 1_700_000_000_000,
             country: "DE".into(),
         };
-        reads_back_both_ways(ORDERS, &order);
+        reads_back_both_ways(&ORDERS, &order);
         let payment = Payment {
             payment_id: "pay-1".into(),
             order_id: "order-1".into(),
@@ -358,12 +376,12 @@ mod tests {
             payment_ts: 1_700_000_001_000,
             method: "card".into(),
         };
-        reads_back_both_ways(PAYMENTS, &payment);
-        reads_back_both_ways(DEVICE_EVENTS, &device_event());
-        reads_back_both_ways(DEVICE_EVENTS_ONTIME, &device_event());
-        reads_back_both_ways(DEVICE_EVENTS_LATE, &LateDeviceEvent::new(device_event(), 1_700_000_090_000));
+        reads_back_both_ways(&PAYMENTS, &payment);
+        reads_back_both_ways(&DEVICE_EVENTS, &device_event());
+        reads_back_both_ways(&DEVICE_EVENTS_ONTIME, &device_event());
+        reads_back_both_ways(&DEVICE_EVENTS_LATE, &LateDeviceEvent::new(device_event(), 1_700_000_090_000));
         let matched = matched_payment();
-        reads_back_both_ways(ENRICHED_PAYMENTS, &matched);
+        reads_back_both_ways(&ENRICHED_PAYMENTS, &matched);
         let unmatched = EnrichedPayment {
             unmatched: true,
             customer_id: None,
@@ -372,7 +390,7 @@ mod tests {
             amount_mismatch: false,
             ..matched
         };
-        reads_back_both_ways(ENRICHED_PAYMENTS, &unmatched);
+        reads_back_both_ways(&ENRICHED_PAYMENTS, &unmatched);
     }
 
     /// A registry stand-in that answers each connection with the next of `responses`

@@ -4,7 +4,6 @@
 //! Confluent wire format.
 
 pub mod avro_direct;
-pub mod cadence;
 pub mod cli;
 pub mod codec;
 pub mod connection;
@@ -12,17 +11,16 @@ pub mod core;
 pub mod election;
 pub mod epoch;
 pub mod group;
-pub mod markers;
+pub mod inputs;
+pub mod marker_headers;
 pub mod metrics;
 pub mod observe;
 pub mod produce;
 pub mod reset;
 pub mod restore;
 pub mod runner;
-pub mod service;
+pub mod services;
 pub mod settings;
-pub mod silence;
-pub mod stages;
 pub mod status;
 pub mod supervise;
 pub mod tail;

@@ -15,35 +15,35 @@ use crate::metrics::MetricsRegistry;
 /// A processing loop that has not gone round for this long is stalled.
 const STALLED_AFTER_SECS: u64 = 30;
 
-/// The liveness of a process's processing loops: each beats as it goes round, and
-/// says when it is degraded (failed, waiting to start again).
+/// The liveness of a process's processing loops: each says when it goes round, and
+/// when it is degraded (failed, waiting to start again).
 #[derive(Default)]
 pub struct Health {
-    loops: Mutex<Vec<(String, Beat)>>,
+    loops: Mutex<Vec<(String, LoopHealth)>>,
 }
 
-/// One loop's heartbeat, and why it is degraded (if it is).
+/// When one loop last went round, and why it is degraded (if it is).
 #[derive(Clone)]
-pub struct Beat {
+pub struct LoopHealth {
     at: Arc<AtomicU64>,
     degraded: Arc<Mutex<Option<String>>>,
 }
 
-impl Beat {
-    fn new() -> Beat {
-        Beat { at: Arc::new(AtomicU64::new(now_secs())), degraded: Arc::default() }
+impl LoopHealth {
+    fn new() -> LoopHealth {
+        LoopHealth { at: Arc::new(AtomicU64::new(now_secs())), degraded: Arc::default() }
     }
 
-    pub fn beat(&self) {
+    pub fn went_round(&self) {
         self.at.store(now_secs(), Ordering::Relaxed);
     }
 
     pub fn degraded(&self, why: String) {
-        *self.degraded.lock().expect("beat") = Some(why);
+        *self.degraded.lock().expect("loop health") = Some(why);
     }
 
     pub fn recovered(&self) {
-        self.degraded.lock().expect("beat").take();
+        self.degraded.lock().expect("loop health").take();
     }
 }
 
@@ -53,20 +53,20 @@ impl Health {
     }
 
     /// A new loop to watch, alive as of now.
-    pub fn watch(&self, name: &str) -> Beat {
-        let beat = Beat::new();
-        self.loops.lock().expect("health").push((name.to_string(), beat.clone()));
-        beat
+    pub fn watch(&self, name: &str) -> LoopHealth {
+        let health = LoopHealth::new();
+        self.loops.lock().expect("health").push((name.to_string(), health.clone()));
+        health
     }
 
     /// `Err` names the loops that stalled or are degraded, and why.
     pub fn check(&self) -> Result<(), String> {
         let now = now_secs();
         let mut problems = Vec::new();
-        for (name, beat) in self.loops.lock().expect("health").iter() {
-            if let Some(why) = beat.degraded.lock().expect("beat").as_deref() {
+        for (name, health) in self.loops.lock().expect("health").iter() {
+            if let Some(why) = health.degraded.lock().expect("loop health").as_deref() {
                 problems.push(format!("{name} degraded: {why}"));
-            } else if now.saturating_sub(beat.at.load(Ordering::Relaxed)) >= STALLED_AFTER_SECS {
+            } else if now.saturating_sub(health.at.load(Ordering::Relaxed)) >= STALLED_AFTER_SECS {
                 problems.push(format!("processing loop stalled: {name}"));
             }
         }
@@ -148,14 +148,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_loop_that_stops_beating_is_named() {
+    fn a_loop_that_stops_going_round_is_named() {
         let health = Health::new();
         let a = health.watch("join-enrich");
         let _b = health.watch("device-router");
         assert_eq!(health.check(), Ok(()));
         a.at.store(now_secs() - STALLED_AFTER_SECS, Ordering::Relaxed);
         assert_eq!(health.check(), Err("processing loop stalled: join-enrich".to_string()));
-        a.beat();
+        a.went_round();
         assert_eq!(health.check(), Ok(()));
     }
 

@@ -21,14 +21,15 @@ use tracing::{error, warn};
 use vigil_model::{DeviceEvent, InputRecord, Order, Payment, Source};
 
 use crate::codec::{Codec, CodecError};
-use crate::markers::{self, Marker};
-use crate::topics::{Topic, DEVICE_EVENTS, ORDERS, PAYMENTS};
+use crate::core::Marker;
+use crate::marker_headers;
+use vigil_model::topology::{Topic, DEVICE_EVENTS, ORDERS, PAYMENTS};
 
-pub fn topic_of(source: Source) -> Topic {
+pub fn topic_of(source: Source) -> &'static Topic {
     match source {
-        Source::Orders => ORDERS,
-        Source::Payments => PAYMENTS,
-        Source::Devices => DEVICE_EVENTS,
+        Source::Orders => &ORDERS,
+        Source::Payments => &PAYMENTS,
+        Source::Devices => &DEVICE_EVENTS,
     }
 }
 
@@ -132,9 +133,9 @@ impl InputProducer {
     /// Sends one record as Avro, keyed as this producer keys.
     pub fn send_record(&self, record: &InputRecord) -> Result<()> {
         let (topic, value) = match record {
-            InputRecord::Order(o) => (ORDERS, self.encode(ORDERS, o)?),
-            InputRecord::Payment(p) => (PAYMENTS, self.encode(PAYMENTS, p)?),
-            InputRecord::Device(d) => (DEVICE_EVENTS, self.encode(DEVICE_EVENTS, d)?),
+            InputRecord::Order(o) => (&ORDERS, self.encode(&ORDERS, o)?),
+            InputRecord::Payment(p) => (&PAYMENTS, self.encode(&PAYMENTS, p)?),
+            InputRecord::Device(d) => (&DEVICE_EVENTS, self.encode(&DEVICE_EVENTS, d)?),
         };
         let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(&value);
         if let Some(key) = self.keying.key_of(record) {
@@ -145,7 +146,7 @@ impl InputProducer {
 
     /// A value as Avro; while the schema registry cannot be reached (the schema is
     /// fetched once per topic), it waits and tries again, for up to five minutes.
-    fn encode<T: Serialize>(&self, topic: Topic, value: &T) -> Result<Vec<u8>> {
+    fn encode<T: Serialize>(&self, topic: &'static Topic, value: &T) -> Result<Vec<u8>> {
         let give_up = Instant::now() + REGISTRY_PATIENCE;
         let mut wait = Duration::from_millis(500);
         loop {
@@ -167,7 +168,7 @@ impl InputProducer {
     pub fn records_in_inputs(&self) -> Result<i64> {
         let give_up = Instant::now() + BROKER_PATIENCE;
         let mut total = 0;
-        for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
+        for topic in [&ORDERS, &PAYMENTS, &DEVICE_EVENTS] {
             for p in 0..self.partitions {
                 let (low, high) = loop {
                     match self.lock().client().fetch_watermarks(topic.name, p, Duration::from_secs(10)) {
@@ -191,9 +192,9 @@ impl InputProducer {
     /// Says every partition of the input topics has ended: their watermark goes to
     /// the end of time and every window fires, as at the end of a bounded source.
     pub fn finish(&self) -> Result<()> {
-        for topic in [ORDERS, PAYMENTS, DEVICE_EVENTS] {
+        for topic in [&ORDERS, &PAYMENTS, &DEVICE_EVENTS] {
             for p in 0..self.partitions {
-                let headers = markers::headers(Marker::END);
+                let headers = marker_headers::headers(Marker::END);
                 self.send(BaseRecord::<str, [u8]>::to(topic.name).partition(p).headers(headers))?;
             }
         }
@@ -278,7 +279,7 @@ impl InputProducer {
             Ok(metadata) => metadata,
             Err(_) => return false,
         };
-        [ORDERS, PAYMENTS, DEVICE_EVENTS].iter().all(|topic| {
+        [&ORDERS, &PAYMENTS, &DEVICE_EVENTS].iter().all(|topic| {
             metadata.topics().iter().any(|t| {
                 t.name() == topic.name && !t.partitions().is_empty() && t.partitions().iter().all(|p| p.leader() >= 0)
             })

@@ -34,7 +34,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
-use vigil_model::topology::{self, Stage};
+use vigil_model::topology::{self, StageTopology, Topology};
 
 use crate::election::election_group;
 
@@ -212,7 +212,7 @@ impl Plan {
 
 /// The stage names given on the command line, checked against the graph, in the
 /// graph's order (upstream first), each once.
-pub fn select<'a>(graph: &'a [Stage], names: &[String]) -> Result<Vec<&'a Stage>, PlanError> {
+pub fn select<'a>(graph: &'a [StageTopology], names: &[String]) -> Result<Vec<&'a StageTopology>, PlanError> {
     if names.is_empty() {
         return Err(PlanError::NoStage);
     }
@@ -224,7 +224,7 @@ pub fn select<'a>(graph: &'a [Stage], names: &[String]) -> Result<Vec<&'a Stage>
 }
 
 /// What resetting `names` does, given the job graph.
-pub fn plan(graph: &[Stage], names: &[String], options: &Options) -> Result<Plan, PlanError> {
+pub fn plan(graph: &[StageTopology], names: &[String], options: &Options) -> Result<Plan, PlanError> {
     let selected = select(graph, names)?;
     if selected.len() > 1 && !options.group_id.contains(STAGE) {
         return Err(PlanError::SharedGroup(options.group_id.clone()));
@@ -259,17 +259,17 @@ pub fn plan(graph: &[Stage], names: &[String], options: &Options) -> Result<Plan
 
 /// The topics only `stage` writes and reads: its changelog, and a repartition topic
 /// for each source input (as `topics::all_topics` provisions them).
-fn internal_topics(stage: &Stage) -> Vec<String> {
+fn internal_topics(stage: &StageTopology) -> Vec<String> {
     let repartitions = topology::repartitions(stage).map(|(_, name)| name);
     std::iter::once(topology::changelog(stage.name)).chain(repartitions).collect()
 }
 
 /// The stages that write `topic` (none for a topic users write).
-fn writers<'a>(graph: &'a [Stage], topic: &str) -> Vec<&'a Stage> {
+fn writers<'a>(graph: &'a [StageTopology], topic: &str) -> Vec<&'a StageTopology> {
     graph.iter().filter(|s| s.outputs.iter().any(|o| o.name == topic)).collect()
 }
 
-fn start_of(graph: &[Stage], topic: &str, is_reset: &impl Fn(&str) -> bool, to_latest: bool) -> Start {
+fn start_of(graph: &[StageTopology], topic: &str, is_reset: &impl Fn(&str) -> bool, to_latest: bool) -> Start {
     let writers = writers(graph, topic);
     if to_latest {
         Start::End { rewritten_by: Vec::new() }
@@ -282,7 +282,11 @@ fn start_of(graph: &[Stage], topic: &str, is_reset: &impl Fn(&str) -> bool, to_l
 
 /// An input some but not all of whose writers are reset cannot be replayed cleanly:
 /// read from the beginning, the reset writers' records come twice.
-fn half_reset_inputs(graph: &[Stage], selected: &[&Stage], is_reset: &impl Fn(&str) -> bool) -> Vec<String> {
+fn half_reset_inputs(
+    graph: &[StageTopology],
+    selected: &[&StageTopology],
+    is_reset: &impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut warnings = Vec::new();
     for stage in selected {
         for (input, _) in stage.inputs {
@@ -307,8 +311,8 @@ fn half_reset_inputs(graph: &[Stage], selected: &[&Stage], is_reset: &impl Fn(&s
 /// A stage left out that reads a reset stage's output sees the replay on top of its
 /// old state and position.
 fn readers_left_out(
-    graph: &[Stage],
-    selected: &[&Stage],
+    graph: &[StageTopology],
+    selected: &[&StageTopology],
     is_reset: &impl Fn(&str) -> bool,
     to_latest: bool,
 ) -> Vec<String> {
@@ -402,10 +406,12 @@ pub struct Admin {
     runtime: tokio::runtime::Runtime,
     /// The largest replication factor of the topics deleted so far.
     replication_seen: Option<i32>,
+    /// The pipeline whose topics provisioning creates again.
+    topology: Topology,
 }
 
 impl Admin {
-    pub fn connect(bootstrap_servers: &str) -> Result<Admin> {
+    pub fn connect(bootstrap_servers: &str, topology: Topology) -> Result<Admin> {
         let admin =
             connection::client_config(bootstrap_servers).create().context("cannot create the Kafka admin client")?;
         let client = connection::client_config(bootstrap_servers)
@@ -415,7 +421,8 @@ impl Admin {
             .create()
             .context("cannot create a Kafka client")?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("a tokio runtime")?;
-        Ok(Admin { bootstrap_servers: bootstrap_servers.to_string(), admin, client, runtime, replication_seen: None })
+        let bootstrap_servers = bootstrap_servers.to_string();
+        Ok(Admin { bootstrap_servers, admin, client, runtime, replication_seen: None, topology })
     }
 
     /// The members of `group` (`client id on host`); none if the group does not exist.
@@ -544,7 +551,7 @@ impl Admin {
     /// same settings as `vigil-admin provision`.
     fn create_topics(&self, internal: &[String], recreate: Recreate) -> Result<String> {
         let replication = recreate.replication.or(self.replication_seen).unwrap_or(1);
-        let report = topics::provision(&self.admin, &self.client, recreate.partitions, replication)?;
+        let report = topics::provision(&self.admin, &self.client, &self.topology, recreate.partitions, replication)?;
         let created: Vec<&str> =
             report.iter().filter(|(_, p)| *p == Provisioned::Created).map(|(t, _)| t.as_str()).collect();
         let missing: Vec<&str> = internal.iter().map(String::as_str).filter(|c| !created.contains(c)).collect();
@@ -563,17 +570,24 @@ impl Admin {
 
 #[cfg(test)]
 mod tests {
-    use vigil_model::topology::STAGES;
+    use vigil_operators::SeedPipeline;
+    use vigil_stream::Pipeline;
 
     use super::*;
-    use crate::topics::SERVICES;
+
+    const SERVICES: [&str; 6] =
+        ["join-enrich", "payment-metrics", "payment-anomalies", "device-router", "device-analytics", "health-monitor"];
+
+    fn seed_stages() -> Vec<StageTopology> {
+        SeedPipeline::default().topology().stages
+    }
 
     fn names(stages: &[&str]) -> Vec<String> {
         stages.iter().map(|s| s.to_string()).collect()
     }
 
     fn plan_of(stages: &[&str], options: &Options) -> Plan {
-        plan(&STAGES, &names(stages), options).unwrap()
+        plan(&seed_stages(), &names(stages), options).unwrap()
     }
 
     fn stage<'a>(plan: &'a Plan, name: &str) -> &'a StagePlan {
@@ -641,7 +655,7 @@ mod tests {
         assert_eq!(stage(&two, "join-enrich").group, "vigil-join-enrich-run7");
         let fixed = Options { group_id: "mine".into(), ..Options::default() };
         assert_eq!(plan_of(&["payment-metrics"], &fixed).stages[0].groups(), ["mine", "mine-leader"]);
-        let err = plan(&STAGES, &names(&["join-enrich", "device-router"]), &fixed).unwrap_err();
+        let err = plan(&seed_stages(), &names(&["join-enrich", "device-router"]), &fixed).unwrap_err();
         assert_eq!(err, PlanError::SharedGroup("mine".into()));
         assert!(err.to_string().contains("{stage}"), "{err}");
     }
@@ -651,10 +665,10 @@ mod tests {
         let twice = plan_of(&["health-monitor", "join-enrich", "health-monitor"], &Options::default());
         let order: Vec<&str> = twice.stages.iter().map(|s| s.stage).collect();
         assert_eq!(order, ["join-enrich", "health-monitor"]);
-        let err = plan(&STAGES, &names(&["join"]), &Options::default()).unwrap_err();
+        let err = plan(&seed_stages(), &names(&["join"]), &Options::default()).unwrap_err();
         assert!(matches!(&err, PlanError::UnknownStage(n, _) if n == "join"));
         assert!(err.to_string().contains("join-enrich, payment-metrics"), "{err}");
-        assert_eq!(plan(&STAGES, &[], &Options::default()).unwrap_err(), PlanError::NoStage);
+        assert_eq!(plan(&seed_stages(), &[], &Options::default()).unwrap_err(), PlanError::NoStage);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use vigil_model::Config;
 
-use crate::service::Parallelism;
+use crate::inputs::Parallelism;
 
 /// How to reach Kafka and the registry, who this member is, and how often to commit.
 #[derive(Debug, Clone)]

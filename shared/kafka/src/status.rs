@@ -6,41 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-
-/// Every input record a task has read, by what became of it. Kept in the task's
-/// state, so the counts are committed with the records and survive a failover.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ledger {
-    /// Input records read (watermark markers are not records).
-    pub read: u64,
-    /// Processed on time.
-    pub on_time: u64,
-    /// Sent to a late side output.
-    pub late: u64,
-    pub dead_letters: u64,
-    /// Source records not on the partition of their key, sent through the stage's
-    /// repartition topic (read again there, and counted then).
-    #[serde(default)]
-    pub rerouted: u64,
-    /// Records this task produced (outputs and late side outputs, not markers).
-    pub written: u64,
-}
-
-impl Ledger {
-    /// read = on time + late + dead letters.
-    pub fn balanced(&self) -> bool {
-        self.read == self.on_time + self.late + self.dead_letters
-    }
-
-    pub fn add(&mut self, other: &Ledger) {
-        self.read += other.read;
-        self.on_time += other.on_time;
-        self.late += other.late;
-        self.dead_letters += other.dead_letters;
-        self.rerouted += other.rerouted;
-        self.written += other.written;
-    }
-}
+pub use vigil_stream::Ledger;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

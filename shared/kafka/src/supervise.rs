@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use tracing::{error, info};
 
 use crate::metrics::MetricsRegistry;
-use crate::observe::Beat;
+use crate::observe::LoopHealth;
 use crate::runner::{Common, Observers};
-use crate::stages::Stage;
+use crate::services::Service;
 use crate::status::{Role, SharedStatus};
 
 /// The first wait before a failed member starts again; it doubles up to the maximum,
@@ -41,27 +41,30 @@ pub fn next_backoff(last: Duration, ran: Duration) -> Duration {
 
 /// One member of one stage, started again whenever it fails.
 pub struct Supervisor {
-    pub stage: &'static dyn Stage,
+    pub service: &'static dyn Service,
     pub member: String,
     pub group_id: Option<String>,
     pub common: Common,
     pub registry: Arc<MetricsRegistry>,
     pub status: SharedStatus,
-    pub beat: Beat,
+    pub loop_health: LoopHealth,
     pub shutdown: Arc<AtomicBool>,
 }
 
 impl Supervisor {
     /// Runs the member until shutdown.
     pub fn run(self) {
-        let name = self.stage.stage_name();
+        let name = self.service.name();
         let metrics = self.registry.member(name, &self.member);
         let mut backoff = FIRST_BACKOFF;
         while !self.shutdown.load(Ordering::SeqCst) {
-            let observers =
-                Observers { metrics: metrics.clone(), status: self.status.clone(), beat: self.beat.clone() };
+            let observers = Observers {
+                metrics: metrics.clone(),
+                status: self.status.clone(),
+                loop_health: self.loop_health.clone(),
+            };
             let started = Instant::now();
-            let result = self.stage.run(&self.member, self.group_id.clone(), &self.common, observers, &self.shutdown);
+            let result = self.service.run(&self.member, self.group_id.clone(), &self.common, observers, &self.shutdown);
             let Err(e) = result else { break };
             let reason = format!("{e:#}");
             error!(stage = name, member = %self.member, "member failed: {reason}; starting it again in {backoff:?}");
@@ -71,7 +74,7 @@ impl Supervisor {
                 status.tasks.clear();
                 status.error = Some(reason.clone());
             }
-            self.beat.degraded(format!("{reason}; retrying"));
+            self.loop_health.degraded(format!("{reason}; retrying"));
             metrics.degraded.set(1);
             self.registry.restarted(name);
             self.wait(backoff);
@@ -81,12 +84,12 @@ impl Supervisor {
         }
     }
 
-    /// Sleeps, still beating (a member waiting to start again is not stalled), and
+    /// Sleeps, still going round (a member waiting to start again is not stalled), and
     /// wakes early on shutdown.
     fn wait(&self, period: Duration) {
         let until = Instant::now() + period;
         while Instant::now() < until && !self.shutdown.load(Ordering::SeqCst) {
-            self.beat.beat();
+            self.loop_health.went_round();
             std::thread::sleep(Duration::from_millis(100));
         }
     }

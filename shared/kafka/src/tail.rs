@@ -9,12 +9,12 @@ use crate::topics::Topic;
 
 /// The seed's tag for a topic's records (an intermediate topic, which has none,
 /// prints under its name).
-pub fn tag(topic: Topic) -> String {
+pub fn tag(topic: &Topic) -> String {
     topic.tag.map_or_else(|| topic.name.replace('-', "_").to_uppercase(), String::from)
 }
 
 /// One record as a tagged line, e.g. `HEALTH_ALERT> {"record_type": "health_alert", …}`.
-pub fn tagged_line(topic: Topic, value: &Value) -> String {
+pub fn tagged_line(topic: &Topic, value: &Value) -> String {
     let mut out = format!("{}> ", tag(topic)).into_bytes();
     write_json(&mut out, value, true);
     String::from_utf8(out).expect("py_json writes ASCII")
@@ -63,7 +63,7 @@ fn write_json(out: &mut Vec<u8>, value: &Value, top: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topics::HEALTH_ALERTS;
+    use vigil_model::topology::HEALTH_ALERTS;
 
     #[test]
     fn prints_like_the_embedded_runner() {
@@ -81,7 +81,7 @@ mod tests {
             ])),
         );
         assert_eq!(
-            tagged_line(HEALTH_ALERTS, &alert),
+            tagged_line(&HEALTH_ALERTS, &alert),
             r#"HEALTH_ALERT> {"record_type": "health_alert", "reason": "late_event_spike", "late_events": 1, "ratio": 0.8, "site_id": "\u00c7\u00e5-1", "tiny": 1e-05, "missing": null}"#
         );
     }

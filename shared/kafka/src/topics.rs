@@ -10,49 +10,16 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use vigil_model::topology::{self, STAGES};
-pub use vigil_model::topology::{
-    Topic, DEAD_LETTERS, DEVICE_ANOMALIES, DEVICE_EVENTS, DEVICE_EVENTS_LATE, DEVICE_EVENTS_ONTIME, DEVICE_METRICS,
-    ENRICHED_PAYMENTS, ENRICHED_PAYMENTS_LATE, HEALTH_ALERTS, ORDERS, PAYMENTS, PAYMENT_ANOMALIES, PAYMENT_METRICS,
-    TOPICS as DATA_TOPICS,
-};
-
-/// The topics of results a user reads: the embedded runtime prints the same records
-/// (dead letters aside, which are file lines there and topic records here).
-pub const RESULT_TOPICS: [Topic; 8] = [
-    ENRICHED_PAYMENTS,
-    PAYMENT_METRICS,
-    DEVICE_METRICS,
-    PAYMENT_ANOMALIES,
-    DEVICE_ANOMALIES,
-    DEVICE_EVENTS_LATE,
-    ENRICHED_PAYMENTS_LATE,
-    HEALTH_ALERTS,
-];
-
-/// The late side topics: records judged late, with the watermark that judged them.
-pub const LATE_SIDE_OUTPUTS: [Topic; 2] = [DEVICE_EVENTS_LATE, ENRICHED_PAYMENTS_LATE];
+use vigil_model::topology::{self, Topology};
+pub use vigil_model::topology::{changelog, repartition, Topic};
 
 /// The one-partition topic on which each global stage elects its active member (see
 /// `election`); no record is ever written to it.
 pub const LEADERSHIP: &str = "vigil-leadership";
 
-/// The stages, each a service with one compacted changelog topic for its state.
-pub const SERVICES: [&str; 6] = {
-    let mut names = [""; 6];
-    let mut i = 0;
-    while i < STAGES.len() {
-        names[i] = STAGES[i].name;
-        i += 1;
-    }
-    names
-};
-
 /// The largest task snapshot a changelog takes (Kafka's default is 1 MB; a join
 /// buffering a burst, or a global task whose inputs are skewed, can hold more).
 pub const MAX_SNAPSHOT_BYTES: &str = "33554432";
-
-pub use vigil_model::topology::{changelog, repartition, topic_named as by_name};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
@@ -78,15 +45,16 @@ pub struct TopicSpec {
     pub partitions: u32,
 }
 
-/// Every topic Vigil uses, keyed topics with `partitions` partitions: the data topics,
-/// each stage's changelog and repartition topics, and the leadership topic.
-pub fn all_topics(partitions: u32) -> Vec<TopicSpec> {
+/// Every topic a pipeline uses, keyed topics with `partitions` partitions: the data
+/// topics, each stage's changelog and repartition topics, and the leadership topic.
+pub fn all_topics(topology: &Topology, partitions: u32) -> Vec<TopicSpec> {
     let keyed = |name: String, compacted| TopicSpec { name, compacted, partitions };
-    let repartitions = STAGES.iter().flat_map(|s| topology::repartitions(s).map(|(_, name)| name));
-    DATA_TOPICS
+    let repartitions = topology.stages.iter().flat_map(|s| topology::repartitions(s).map(|(_, name)| name));
+    topology
+        .topics()
         .iter()
         .map(|t| keyed(t.name.to_string(), false))
-        .chain(STAGES.iter().map(|s| keyed(changelog(s.name), true)))
+        .chain(topology.stages.iter().map(|s| keyed(changelog(s.name), true)))
         .chain(repartitions.map(|name| keyed(name, false)))
         .chain([TopicSpec { name: LEADERSHIP.to_string(), compacted: false, partitions: 1 }])
         .collect()
@@ -104,10 +72,11 @@ pub enum Provisioned {
 pub fn provision(
     admin: &AdminClient<DefaultClientContext>,
     consumer: &BaseConsumer,
+    topology: &Topology,
     partitions: u32,
     replication: i32,
 ) -> Result<Vec<(String, Provisioned)>, TopicError> {
-    let specs = all_topics(partitions);
+    let specs = all_topics(topology, partitions);
     let topics: Vec<NewTopic> = specs
         .iter()
         .map(|spec| {

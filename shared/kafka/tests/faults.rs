@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use support::{assert_same, keep_metrics, ledgers, reference, send_line, send_lines, start, wait_for_commits, Running};
 use vigil_datagen::Dataset;
+use vigil_ingest::{Line, MergedInput};
 use vigil_kafka::produce::InputProducer;
-use vigil_pipeline::ingest::{Line, MergedInput};
 
 const RUN_PREFIX: &str = "faults-";
 

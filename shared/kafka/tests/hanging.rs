@@ -26,8 +26,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::{assert_same, reference, send_lines, start, wait_for_commits, Stack};
 use vigil_datagen::Dataset;
-use vigil_kafka::topics::{changelog, ENRICHED_PAYMENTS};
-use vigil_pipeline::ingest::{Line, MergedInput};
+use vigil_ingest::{Line, MergedInput};
+use vigil_kafka::topics::changelog;
+use vigil_model::topology::ENRICHED_PAYMENTS;
 
 const VERIFICATION: &str = "transaction.partition.verification.enable";
 /// Kafka's error code for a transactional id whose transaction is still ending.

@@ -23,11 +23,11 @@ use rdkafka::{Offset, TopicPartitionList};
 use support::{assert_same, reference, send_line, start, Running, Stack, PARTITIONS};
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
+use vigil_ingest::MergedInput;
 use vigil_kafka::codec::Codec;
-use vigil_kafka::markers;
+use vigil_kafka::marker_headers;
 use vigil_kafka::tail::tagged_line;
-use vigil_kafka::topics::{self, Topic, DEAD_LETTERS, RESULT_TOPICS};
-use vigil_pipeline::ingest::MergedInput;
+use vigil_model::topology::{Topic, DEAD_LETTERS};
 
 /// This file's runs (their groups and logs) are told from `services.rs`'s by this.
 const RUN_PREFIX: &str = "reset-";
@@ -72,8 +72,8 @@ impl Stack {
         }
     }
 
-    fn output_topics() -> Vec<Topic> {
-        RESULT_TOPICS.into_iter().chain([DEAD_LETTERS]).collect()
+    fn output_topics() -> Vec<&'static Topic> {
+        support::result_topics().into_iter().chain([&DEAD_LETTERS]).collect()
     }
 
     /// Where every output partition ends now.
@@ -108,9 +108,9 @@ impl Stack {
             let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
             let message = message.unwrap();
             last = Instant::now();
-            if markers::read(&message).is_none() {
+            if marker_headers::read(&message).is_none() {
                 let value = codec.decode_value(message.payload().unwrap_or_default()).unwrap();
-                lines.push(tagged_line(topics::by_name(message.topic()).unwrap(), &value));
+                lines.push(tagged_line(support::topology().topic(message.topic()).unwrap(), &value));
             }
         }
         let (dead, mut lines): (Vec<String>, Vec<String>) =

@@ -16,11 +16,11 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use support::{assert_same, reference, send_line, send_lines, start, wait_for_commits, Running, Stack, ONE_AT_A_TIME};
 use vigil_datagen::Dataset;
+use vigil_ingest::{Line, MergedInput};
 use vigil_kafka::codec::Codec;
 use vigil_kafka::produce::{InputProducer, Keying};
-use vigil_kafka::topics::ORDERS;
+use vigil_model::topology::ORDERS;
 use vigil_model::{InputRecord, Order, Payment, Source};
-use vigil_pipeline::ingest::{Line, MergedInput};
 
 /// This file's runs (their groups and logs) start with the process id.
 const RUN_PREFIX: &str = "";
@@ -265,7 +265,7 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
         order_ts: 1_700_000_000_000,
         country: "US".into(),
     };
-    let wrong_schema = codec.encode(ORDERS, &order).unwrap();
+    let wrong_schema = codec.encode(&ORDERS, &order).unwrap();
     producer.send(BaseRecord::<str, [u8]>::to("device-events").key("site-a").payload(b"\x00garbage")).unwrap();
     producer.send(BaseRecord::<str, [u8]>::to("device-events").key("site-a").payload(&wrong_schema)).unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();

@@ -128,24 +128,30 @@ impl InputRecord {
     /// The rules a well-typed record must still meet, whatever format it came in.
     pub fn validate(&self) -> Result<(), InvalidRecord> {
         match self {
-            InputRecord::Order(o) => {
-                non_empty("order_id", &o.order_id)?;
-                non_empty("customer_id", &o.customer_id)?;
-                amount("order_amount", o.order_amount)?;
-                timestamp("order_ts", o.order_ts)
-            }
-            InputRecord::Payment(p) => {
-                non_empty("payment_id", &p.payment_id)?;
-                non_empty("order_id", &p.order_id)?;
-                amount("paid_amount", p.paid_amount)?;
-                timestamp("payment_ts", p.payment_ts)
-            }
-            InputRecord::Device(d) => {
-                non_empty("device_id", &d.device_id)?;
-                non_empty("site_id", &d.site_id)?;
-                timestamp("event_ts", d.event_ts)
-            }
+            InputRecord::Order(o) => Self::check_order(o),
+            InputRecord::Payment(p) => Self::check_payment(p),
+            InputRecord::Device(d) => Self::check_device_event(d),
         }
+    }
+
+    pub(crate) fn check_order(o: &Order) -> Result<(), InvalidRecord> {
+        non_empty("order_id", &o.order_id)?;
+        non_empty("customer_id", &o.customer_id)?;
+        amount("order_amount", o.order_amount)?;
+        timestamp("order_ts", o.order_ts)
+    }
+
+    pub(crate) fn check_payment(p: &Payment) -> Result<(), InvalidRecord> {
+        non_empty("payment_id", &p.payment_id)?;
+        non_empty("order_id", &p.order_id)?;
+        amount("paid_amount", p.paid_amount)?;
+        timestamp("payment_ts", p.payment_ts)
+    }
+
+    pub(crate) fn check_device_event(d: &DeviceEvent) -> Result<(), InvalidRecord> {
+        non_empty("device_id", &d.device_id)?;
+        non_empty("site_id", &d.site_id)?;
+        timestamp("event_ts", d.event_ts)
     }
 }
 

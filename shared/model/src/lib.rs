@@ -9,9 +9,11 @@ pub mod input;
 pub mod output;
 mod plain_text;
 pub mod py_json;
+pub mod record;
 pub mod time;
 pub mod topology;
 
 pub use config::Config;
 pub use input::{DeviceEvent, EventType, InputRecord, InvalidRecord, Order, Payment, Source, Text};
+pub use record::{Printed, Record};
 pub use time::Millis;

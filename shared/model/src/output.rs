@@ -10,7 +10,6 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::input::{DeviceEvent, EventType, Text};
-use crate::py_json;
 use crate::time::{iso_utc, Millis};
 
 /// A closed set of names that serializes as a plain string: the seed's JSON has them as
@@ -305,13 +304,6 @@ impl Serialize for LatePayment {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum LateEvent {
-    Device(LateDeviceEvent),
-    Payment(LatePayment),
-}
-
 string_enum!(HealthReason {
     ThroughputBelowFloor = "throughput_below_floor",
     LateEventSpike = "late_event_spike",
@@ -391,124 +383,14 @@ pub enum HealthAlert {
     FaultRate(FaultRateAlert),
 }
 
-/// An input line that is not a valid record: kept, with where it came from and why.
+/// An input line that is not a valid record: its dead letter, with where it came
+/// from and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeadLetter {
+pub struct InvalidLine {
     pub record_type: RecordType,
     pub source: String,
     #[serde(serialize_with = "long")]
     pub line_number: u64,
     pub reason: String,
     pub line: String,
-}
-
-/// Everything the pipeline emits, one variant per tagged output kind. An enriched
-/// payment is shared (`Arc`) with the stages that read it rather than copied.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Output {
-    Enriched(Arc<EnrichedPayment>),
-    Metrics(WindowMetrics),
-    DeviceMetrics(DeviceMetrics),
-    Anomaly(PaymentAnomaly),
-    DeviceAnomaly(DeviceAnomaly),
-    Late(LateEvent),
-    Health(HealthAlert),
-    DeadLetter(DeadLetter),
-}
-
-/// The output kinds, in the order the summary lists them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OutputKind {
-    Enriched,
-    Metrics,
-    DeviceMetrics,
-    Anomaly,
-    DeviceAnomaly,
-    LateEvent,
-    HealthAlert,
-    DeadLetter,
-}
-
-impl OutputKind {
-    pub const ALL: [OutputKind; 8] = [
-        OutputKind::Enriched,
-        OutputKind::Metrics,
-        OutputKind::DeviceMetrics,
-        OutputKind::Anomaly,
-        OutputKind::DeviceAnomaly,
-        OutputKind::LateEvent,
-        OutputKind::HealthAlert,
-        OutputKind::DeadLetter,
-    ];
-
-    /// The seed's line prefix, without the `> `.
-    pub fn tag(self) -> &'static str {
-        match self {
-            OutputKind::Enriched => "ENRICHED",
-            OutputKind::Metrics => "METRICS",
-            OutputKind::DeviceMetrics => "DEVICE_METRICS",
-            OutputKind::Anomaly => "ANOMALY",
-            OutputKind::DeviceAnomaly => "DEVICE_ANOMALY",
-            OutputKind::LateEvent => "LATE_EVENT",
-            OutputKind::HealthAlert => "HEALTH_ALERT",
-            OutputKind::DeadLetter => "DEAD_LETTER",
-        }
-    }
-
-    /// The file an output folder holds this kind in.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            OutputKind::Enriched => "enriched_payments.ndjson",
-            OutputKind::Metrics => "payment_metrics.ndjson",
-            OutputKind::DeviceMetrics => "device_metrics.ndjson",
-            OutputKind::Anomaly => "payment_anomalies.ndjson",
-            OutputKind::DeviceAnomaly => "device_anomalies.ndjson",
-            OutputKind::LateEvent => "late_events.ndjson",
-            OutputKind::HealthAlert => "health_alerts.ndjson",
-            OutputKind::DeadLetter => "dead_letters.ndjson",
-        }
-    }
-}
-
-impl Output {
-    pub fn kind(&self) -> OutputKind {
-        match self {
-            Output::Enriched(_) => OutputKind::Enriched,
-            Output::Metrics(_) => OutputKind::Metrics,
-            Output::DeviceMetrics(_) => OutputKind::DeviceMetrics,
-            Output::Anomaly(_) => OutputKind::Anomaly,
-            Output::DeviceAnomaly(_) => OutputKind::DeviceAnomaly,
-            Output::Late(_) => OutputKind::LateEvent,
-            Output::Health(_) => OutputKind::HealthAlert,
-            Output::DeadLetter(_) => OutputKind::DeadLetter,
-        }
-    }
-
-    /// The record as one JSON object, in the seed's field order and as the seed's
-    /// job prints it with Python's `json.dumps` (see [`crate::py_json`]).
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        let w = py_json::Writer { out };
-        match self {
-            Output::Enriched(r) => r.serialize(w),
-            Output::Metrics(r) => r.serialize(w),
-            Output::DeviceMetrics(r) => r.serialize(w),
-            Output::Anomaly(r) => r.serialize(w),
-            Output::DeviceAnomaly(r) => r.serialize(w),
-            Output::Late(r) => r.serialize(w),
-            Output::Health(r) => r.serialize(w),
-            Output::DeadLetter(r) => r.serialize(w),
-        }
-        .expect("output records are flat structs of numbers, strings and options")
-    }
-
-    pub fn to_json(&self) -> String {
-        let mut buf = Vec::with_capacity(256);
-        self.write_json(&mut buf);
-        String::from_utf8(buf).expect("py_json writes ASCII")
-    }
-
-    /// The line the runner prints: `TAG> {json}`.
-    pub fn tagged_line(&self) -> String {
-        format!("{}> {}", self.kind().tag(), self.to_json())
-    }
 }

@@ -1,10 +1,13 @@
-//! The pipeline's topology, declared once: every topic (its key, the tag its records
-//! print with, its Avro value schema) and every stage (what it reads, how it knows
-//! event time there, what it writes). The Kafka services, provisioning, `tail`, the
-//! dashboard's graph and the README's topic table are derived from it.
+//! The pipeline's topics, each declared once: its key, the tag its records print
+//! with, its Avro value schema; and the shape of a stage's place among them (what it
+//! reads, how it knows event time there, what it writes), which each stage's
+//! definition fills in. Provisioning, `tail`, the dashboard's graph and the docs'
+//! topic table are derived from these.
+//!
+//! Topics are `static`s: a runtime tells them apart by address.
 
 /// A topic of the pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Topic {
     pub name: &'static str,
     /// What its records are keyed by (and so partitioned by).
@@ -14,74 +17,95 @@ pub struct Topic {
     pub tag: Option<&'static str>,
     /// Written by users (and the generator), not by a stage.
     pub external: bool,
+    /// A late side output: records judged late, with the watermark that judged them.
+    pub late: bool,
+    /// Its records are alerts for people (anomalies, health alerts): the dashboard's
+    /// live pane shows them.
+    pub alerts: bool,
     /// The Avro schema of its values (`schemas/<file>`).
     pub schema: &'static str,
 }
 
-const fn topic(name: &'static str, key: &'static str, tag: Option<&'static str>, schema: &'static str) -> Topic {
-    Topic { name, key, tag, external: false, schema }
+impl Topic {
+    /// A topic a stage writes.
+    pub const fn new(name: &'static str, key: &'static str, tag: Option<&'static str>, schema: &'static str) -> Topic {
+        Topic { name, key, tag, external: false, late: false, alerts: false, schema }
+    }
+
+    /// A topic users write.
+    pub const fn input(name: &'static str, key: &'static str, schema: &'static str) -> Topic {
+        Topic { external: true, ..Topic::new(name, key, None, schema) }
+    }
+
+    /// A topic of alerts for people.
+    pub const fn alerts(name: &'static str, key: &'static str, tag: &'static str, schema: &'static str) -> Topic {
+        Topic { alerts: true, ..Topic::new(name, key, Some(tag), schema) }
+    }
+
+    /// A late side output.
+    pub const fn late(name: &'static str, key: &'static str, tag: &'static str, schema: &'static str) -> Topic {
+        Topic { late: true, ..Topic::new(name, key, Some(tag), schema) }
+    }
+
+    /// Whether `self` and `other` are the same topic (a runtime's cheap test).
+    pub fn is(&self, other: &Topic) -> bool {
+        std::ptr::eq(self, other)
+    }
 }
 
-const fn input(name: &'static str, key: &'static str, schema: &'static str) -> Topic {
-    Topic { name, key, tag: None, external: true, schema }
-}
-
-pub const ORDERS: Topic = input("orders", "order_id", include_str!("../../../schemas/orders.avsc"));
-pub const PAYMENTS: Topic = input("payments", "order_id", include_str!("../../../schemas/payments.avsc"));
-pub const DEVICE_EVENTS: Topic = input("device-events", "site_id", include_str!("../../../schemas/device-events.avsc"));
-pub const ENRICHED_PAYMENTS: Topic = topic(
+pub static ORDERS: Topic = Topic::input("orders", "order_id", include_str!("../../../schemas/orders.avsc"));
+pub static PAYMENTS: Topic = Topic::input("payments", "order_id", include_str!("../../../schemas/payments.avsc"));
+pub static DEVICE_EVENTS: Topic =
+    Topic::input("device-events", "site_id", include_str!("../../../schemas/device-events.avsc"));
+pub static ENRICHED_PAYMENTS: Topic = Topic::new(
     "enriched-payments",
     "customer_id (order_id if unmatched)",
     Some("ENRICHED"),
     include_str!("../../../schemas/enriched-payments.avsc"),
 );
-pub const ENRICHED_PAYMENTS_LATE: Topic = topic(
+pub static ENRICHED_PAYMENTS_LATE: Topic = Topic::late(
     "enriched-payments-late",
     "customer_id",
-    Some("LATE_EVENT"),
+    "LATE_EVENT",
     include_str!("../../../schemas/enriched-payments-late.avsc"),
 );
-pub const PAYMENT_METRICS: Topic =
-    topic("payment-metrics", "window start", Some("METRICS"), include_str!("../../../schemas/payment-metrics.avsc"));
-pub const PAYMENT_ANOMALIES: Topic =
-    topic("payment-anomalies", "customer_id", Some("ANOMALY"), include_str!("../../../schemas/payment-anomalies.avsc"));
-pub const DEVICE_EVENTS_ONTIME: Topic =
-    topic("device-events-ontime", "site_id", None, include_str!("../../../schemas/device-events.avsc"));
-pub const DEVICE_EVENTS_LATE: Topic = topic(
+pub static PAYMENT_METRICS: Topic = Topic::new(
+    "payment-metrics",
+    "window start",
+    Some("METRICS"),
+    include_str!("../../../schemas/payment-metrics.avsc"),
+);
+pub static PAYMENT_ANOMALIES: Topic = Topic::alerts(
+    "payment-anomalies",
+    "customer_id",
+    "ANOMALY",
+    include_str!("../../../schemas/payment-anomalies.avsc"),
+);
+pub static DEVICE_EVENTS_ONTIME: Topic =
+    Topic::new("device-events-ontime", "site_id", None, include_str!("../../../schemas/device-events.avsc"));
+pub static DEVICE_EVENTS_LATE: Topic = Topic::late(
     "device-events-late",
     "site_id",
-    Some("LATE_EVENT"),
+    "LATE_EVENT",
     include_str!("../../../schemas/device-events-late.avsc"),
 );
-pub const DEVICE_METRICS: Topic =
-    topic("device-metrics", "site_id", Some("DEVICE_METRICS"), include_str!("../../../schemas/device-metrics.avsc"));
-pub const DEVICE_ANOMALIES: Topic = topic(
+pub static DEVICE_METRICS: Topic = Topic::new(
+    "device-metrics",
+    "site_id",
+    Some("DEVICE_METRICS"),
+    include_str!("../../../schemas/device-metrics.avsc"),
+);
+pub static DEVICE_ANOMALIES: Topic = Topic::alerts(
     "device-anomalies",
     "site_id (device_id for reboot loops)",
-    Some("DEVICE_ANOMALY"),
+    "DEVICE_ANOMALY",
     include_str!("../../../schemas/device-anomalies.avsc"),
 );
-pub const HEALTH_ALERTS: Topic =
-    topic("health-alerts", "reason", Some("HEALTH_ALERT"), include_str!("../../../schemas/health-alerts.avsc"));
-pub const DEAD_LETTERS: Topic =
-    topic("dead-letters", "source topic", Some("DEAD_LETTER"), include_str!("../../../schemas/dead-letters.avsc"));
-
-/// Every topic with records, inputs first.
-pub const TOPICS: [Topic; 13] = [
-    ORDERS,
-    PAYMENTS,
-    DEVICE_EVENTS,
-    ENRICHED_PAYMENTS,
-    ENRICHED_PAYMENTS_LATE,
-    PAYMENT_METRICS,
-    PAYMENT_ANOMALIES,
-    DEVICE_EVENTS_ONTIME,
-    DEVICE_EVENTS_LATE,
-    DEVICE_METRICS,
-    DEVICE_ANOMALIES,
-    HEALTH_ALERTS,
-    DEAD_LETTERS,
-];
+pub static HEALTH_ALERTS: Topic =
+    Topic::alerts("health-alerts", "reason", "HEALTH_ALERT", include_str!("../../../schemas/health-alerts.avsc"));
+/// Every stage writes here what it cannot read, with the reason.
+pub static DEAD_LETTERS: Topic =
+    Topic::new("dead-letters", "source topic", Some("DEAD_LETTER"), include_str!("../../../schemas/dead-letters.avsc"));
 
 /// How a stage knows event time on an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,78 +127,18 @@ pub enum Bound {
     Devices,
 }
 
-/// A stage of the pipeline.
+/// A stage's place in the topology: what it reads, how it knows event time there,
+/// and what it writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stage {
+pub struct StageTopology {
     pub name: &'static str,
     /// One task over every partition (a global aggregate): one active member.
     pub global: bool,
-    pub inputs: &'static [(Topic, EventTime)],
+    pub inputs: &'static [(&'static Topic, EventTime)],
     /// Every topic it writes records to (dead letters aside: every stage writes those).
-    pub outputs: &'static [Topic],
+    pub outputs: &'static [&'static Topic],
     /// The outputs other stages read, which carry this stage's watermark.
-    pub watermarked: &'static [Topic],
-}
-
-pub const STAGE_JOIN_ENRICH: Stage = Stage {
-    name: "join-enrich",
-    global: false,
-    inputs: &[(ORDERS, EventTime::Source(Bound::Payments)), (PAYMENTS, EventTime::Source(Bound::Payments))],
-    outputs: &[ENRICHED_PAYMENTS],
-    watermarked: &[ENRICHED_PAYMENTS],
-};
-pub const STAGE_PAYMENT_METRICS: Stage = Stage {
-    name: "payment-metrics",
-    global: true,
-    inputs: &[(ENRICHED_PAYMENTS, EventTime::Upstream)],
-    outputs: &[PAYMENT_METRICS, ENRICHED_PAYMENTS_LATE],
-    watermarked: &[],
-};
-pub const STAGE_PAYMENT_ANOMALIES: Stage = Stage {
-    name: "payment-anomalies",
-    global: false,
-    inputs: &[(ENRICHED_PAYMENTS, EventTime::Upstream)],
-    outputs: &[PAYMENT_ANOMALIES, ENRICHED_PAYMENTS_LATE],
-    watermarked: &[],
-};
-pub const STAGE_DEVICE_ROUTER: Stage = Stage {
-    name: "device-router",
-    global: false,
-    inputs: &[(DEVICE_EVENTS, EventTime::Source(Bound::Devices))],
-    outputs: &[DEVICE_EVENTS_ONTIME, DEVICE_EVENTS_LATE],
-    watermarked: &[DEVICE_EVENTS_ONTIME, DEVICE_EVENTS_LATE],
-};
-pub const STAGE_DEVICE_ANALYTICS: Stage = Stage {
-    name: "device-analytics",
-    global: false,
-    inputs: &[(DEVICE_EVENTS_ONTIME, EventTime::Upstream)],
-    outputs: &[DEVICE_METRICS, DEVICE_ANOMALIES, DEVICE_EVENTS_LATE],
-    watermarked: &[],
-};
-pub const STAGE_HEALTH_MONITOR: Stage = Stage {
-    name: "health-monitor",
-    global: true,
-    inputs: &[(DEVICE_EVENTS_ONTIME, EventTime::Upstream), (DEVICE_EVENTS_LATE, EventTime::Upstream)],
-    outputs: &[HEALTH_ALERTS],
-    watermarked: &[],
-};
-
-/// Every stage, upstream first.
-pub const STAGES: [Stage; 6] = [
-    STAGE_JOIN_ENRICH,
-    STAGE_PAYMENT_METRICS,
-    STAGE_PAYMENT_ANOMALIES,
-    STAGE_DEVICE_ROUTER,
-    STAGE_DEVICE_ANALYTICS,
-    STAGE_HEALTH_MONITOR,
-];
-
-pub fn topic_named(name: &str) -> Option<Topic> {
-    TOPICS.into_iter().find(|t| t.name == name)
-}
-
-pub fn stage_named(name: &str) -> Option<Stage> {
-    STAGES.into_iter().find(|s| s.name == name)
+    pub watermarked: &'static [&'static Topic],
 }
 
 /// A stage's compacted changelog: its keyed state, one record per state key.
@@ -190,7 +154,7 @@ pub fn repartition(stage: &str, input: &str) -> String {
 
 /// A stage's repartition topics: one per source input, as (input topic, repartition
 /// topic).
-pub fn repartitions(stage: &Stage) -> impl Iterator<Item = (Topic, String)> + '_ {
+pub fn repartitions(stage: &StageTopology) -> impl Iterator<Item = (&'static Topic, String)> + '_ {
     stage
         .inputs
         .iter()
@@ -198,66 +162,88 @@ pub fn repartitions(stage: &Stage) -> impl Iterator<Item = (Topic, String)> + '_
         .map(|&(topic, _)| (topic, repartition(stage.name, topic.name)))
 }
 
-/// The stages that write a topic.
-pub fn writers(topic: Topic) -> impl Iterator<Item = Stage> {
-    STAGES.into_iter().filter(move |s| s.outputs.contains(&topic))
+/// A pipeline's stages, upstream first, and what follows from them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub stages: Vec<StageTopology>,
 }
 
-/// The README's table of topics, derived from the declaration.
-pub fn topic_table() -> String {
-    let mut table = String::from("| topic | key | written by |\n|---|---|---|\n");
-    for t in TOPICS {
-        let writers: Vec<String> = writers(t).map(|s| s.name.to_string()).collect();
-        let written_by = match (t.external, t.name) {
-            (true, _) => "users, the generator".to_string(),
-            (_, "dead-letters") => "every stage: the bytes, topic, partition, offset and reason".to_string(),
-            _ => writers.join(", "),
-        };
-        table.push_str(&format!("| `{}` | {} | {written_by} |\n", t.name, t.key));
+impl Topology {
+    pub fn stage(&self, name: &str) -> Option<&StageTopology> {
+        self.stages.iter().find(|s| s.name == name)
     }
-    for s in STAGES {
-        for (input, time) in s.inputs {
-            if let EventTime::Source(_) = time {
-                let name = repartition(s.name, input.name);
+
+    /// Every topic with records: the inputs users write, then every stage's outputs
+    /// in stage order, then the dead letters.
+    pub fn topics(&self) -> Vec<&'static Topic> {
+        let inputs = self.stages.iter().flat_map(|s| s.inputs.iter().map(|&(t, _)| t)).filter(|t| t.external);
+        let outputs = self.stages.iter().flat_map(|s| s.outputs.iter().copied());
+        let mut topics: Vec<&'static Topic> = Vec::new();
+        for t in inputs.chain(outputs).chain([&DEAD_LETTERS]) {
+            if !topics.iter().any(|known| known.is(t)) {
+                topics.push(t);
+            }
+        }
+        topics
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&'static Topic> {
+        self.topics().into_iter().find(|t| t.name == name)
+    }
+
+    /// The topics of results a user reads: those with a tag, dead letters aside.
+    pub fn result_topics(&self) -> Vec<&'static Topic> {
+        self.topics().into_iter().filter(|t| t.tag.is_some() && !t.is(&DEAD_LETTERS)).collect()
+    }
+
+    /// The stages that write a topic.
+    pub fn writers<'a>(&'a self, topic: &'a Topic) -> impl Iterator<Item = &'a StageTopology> + 'a {
+        self.stages.iter().filter(move |s| s.outputs.iter().any(|t| t.is(topic)))
+    }
+
+    /// The table of topics in `docs/kafka.md`.
+    pub fn topic_table(&self) -> String {
+        let mut table = String::from("| topic | key | written by |\n|---|---|---|\n");
+        for t in self.topics() {
+            let written_by = if t.external {
+                "users, the generator".to_string()
+            } else if t.is(&DEAD_LETTERS) {
+                "every stage: the bytes, topic, partition, offset and reason".to_string()
+            } else {
+                self.writers(t).map(|s| s.name).collect::<Vec<_>>().join(", ")
+            };
+            table.push_str(&format!("| `{}` | {} | {written_by} |\n", t.name, t.key));
+        }
+        for s in &self.stages {
+            for (input, name) in repartitions(s) {
                 table.push_str(&format!(
                     "| `{name}` | {} | {}: records of `{}` off their key's partition |\n",
                     input.key, s.name, input.name
                 ));
             }
         }
+        table.push_str(
+            "| `<stage>-changelog` | task and state key | each stage; compacted, one record per state key |\n",
+        );
+        table
     }
-    table.push_str("| `<stage>-changelog` | task and state key | each stage; compacted, one record per state key |\n");
-    table
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_stage_reads_a_topic_someone_writes() {
-        for s in STAGES {
+    /// Checks what a runtime relies on: every input is written by users or a stage
+    /// upstream, and every watermarked topic is an output of its stage.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, s) in self.stages.iter().enumerate() {
             for (input, _) in s.inputs {
-                assert!(input.external || writers(*input).next().is_some(), "{} reads {}", s.name, input.name);
+                if !input.external && !self.stages[..i].iter().any(|w| w.outputs.iter().any(|t| t.is(input))) {
+                    return Err(format!("stage `{}` reads `{}`, which no stage before it writes", s.name, input.name));
+                }
             }
-            for w in s.watermarked {
-                assert!(
-                    s.outputs.contains(w),
-                    "{} carries its watermark on {}, which it does not write",
-                    s.name,
-                    w.name
-                );
+            if let Some(w) = s.watermarked.iter().find(|w| !s.outputs.iter().any(|t| t.is(w))) {
+                return Err(format!(
+                    "stage `{}` carries its watermark on `{}`, which it does not write",
+                    s.name, w.name
+                ));
             }
         }
-    }
-
-    #[test]
-    fn the_kafka_doc_lists_the_topics_as_declared() {
-        let doc = include_str!("../../../docs/kafka.md");
-        assert!(
-            doc.contains(&topic_table()),
-            "docs/kafka.md's topic table is not the declared one:\n{}",
-            topic_table()
-        );
+        Ok(())
     }
 }

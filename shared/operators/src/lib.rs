@@ -9,6 +9,7 @@ pub mod join_enrich;
 mod money;
 pub mod payment_anomalies;
 pub mod payment_metrics;
+pub mod stages;
 #[cfg(test)]
 mod test_records;
 
@@ -18,3 +19,4 @@ pub use health_monitor::{HealthInput, HealthMonitor};
 pub use join_enrich::{JoinEnrich, JoinInput};
 pub use payment_anomalies::{AnomalyOutput, PaymentAnomalies};
 pub use payment_metrics::{MetricsOutput, PaymentMetrics};
+pub use stages::SeedPipeline;

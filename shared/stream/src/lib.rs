@@ -11,8 +11,10 @@ pub mod partition;
 pub mod retention;
 mod slots;
 pub mod source_clock;
+pub mod stage;
 pub mod state;
 mod table;
+pub mod task;
 #[cfg(test)]
 mod test_log;
 pub mod time_set;
@@ -21,4 +23,6 @@ pub mod watermark;
 pub mod window;
 
 pub use operator::Operator;
+pub use stage::{Pipeline, ReadRecord, Stage, StageVisitor, WriteRecord};
+pub use task::{Ledger, Task};
 pub use vigil_model::Millis;

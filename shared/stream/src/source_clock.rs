@@ -21,6 +21,14 @@ use serde::{Deserialize, Serialize};
 use crate::watermark::{BoundedOutOfOrderness, END_OF_TIME, NO_WATERMARK};
 use crate::Millis;
 
+/// Which partitions' watermarks a record may have moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// Its own only: the common case, no partition being idle.
+    Partition(usize),
+    All,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idleness {
     EventTime { timeout: Millis },
@@ -83,7 +91,8 @@ impl SourceClock {
         }
     }
 
-    pub fn observe(&mut self, partition: usize, event_ts: Millis) {
+    /// A record of `partition` at `event_ts`; whose watermarks it may have moved.
+    pub fn observe(&mut self, partition: usize, event_ts: Millis) -> Moved {
         // A record on an active partition that idles none of the others (the topic
         // has not moved past `idle_from`): most records, and far cheaper than the
         // refresh.
@@ -97,23 +106,29 @@ impl SourceClock {
         p.progress.topic_max_at_last_record = Some(self.topic_max);
         if same_idleness && self.topic_max < self.idle_from {
             self.watermarks[partition] = own_watermark(p);
-            self.follow_active();
-        } else {
-            self.refresh();
+            if self.follow_active() {
+                return Moved::All;
+            }
+            return Moved::Partition(partition);
         }
+        self.refresh();
+        Moved::All
     }
 
     /// Idle partitions up to the minimum over the active ones, which an active
-    /// partition's record can only raise.
-    fn follow_active(&mut self) {
+    /// partition's record can only raise; whether that moved any.
+    fn follow_active(&mut self) -> bool {
         if !self.idle.contains(&true) {
-            return;
+            return false;
         }
         let active = self.watermarks.iter().zip(&self.idle).filter(|(_, &idle)| !idle);
         let topic = active.map(|(&w, _)| w).min().unwrap_or(NO_WATERMARK);
+        let mut moved = false;
         for (w, _) in self.watermarks.iter_mut().zip(&self.idle).filter(|(_, &idle)| idle) {
+            moved |= topic > *w;
             *w = (*w).max(topic);
         }
+        moved
     }
 
     /// The input has ended: every partition's watermark goes to the end of time.

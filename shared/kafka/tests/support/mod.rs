@@ -17,10 +17,13 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use vigil_datagen::Dataset;
+use vigil_ingest::{Line, MergedInput};
 use vigil_kafka::produce::InputProducer;
-use vigil_kafka::topics::{self, RESULT_TOPICS};
+use vigil_kafka::topics;
+use vigil_model::topology::{Topic, Topology};
 use vigil_model::{Config, Source};
-use vigil_pipeline::ingest::{Line, MergedInput};
+use vigil_operators::SeedPipeline;
+use vigil_stream::Pipeline;
 
 /// Each test resets every topic, so the tests of a file take this in turn.
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -33,10 +36,20 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the Kafka tests through scripts/test.sh"))
 }
 
-/// The workspace's binaries, next to this test's own executable.
-fn binary(name: &str) -> std::path::PathBuf {
+/// The pipeline the tests run: the seed's.
+pub fn topology() -> Topology {
+    SeedPipeline::default().topology()
+}
+
+/// The topics of results a user reads.
+pub fn result_topics() -> Vec<&'static Topic> {
+    topology().result_topics()
+}
+
+/// The workspace's `vigil` binary, next to this test's own executable.
+fn binary() -> std::path::PathBuf {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.parent().unwrap().join(name);
+    let path = deps.parent().unwrap().join("vigil");
     assert!(
         path.exists(),
         "{} is missing: build the workspace's binaries first (scripts/test.sh does)",
@@ -108,7 +121,8 @@ impl Stack {
         };
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &stack.plain_bootstrap).create().unwrap();
-        let names: Vec<String> = topics::all_topics(PARTITIONS as u32).into_iter().map(|t| t.name).collect();
+        let names: Vec<String> =
+            topics::all_topics(&topology(), PARTITIONS as u32).into_iter().map(|t| t.name).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
@@ -120,27 +134,30 @@ impl Stack {
             std::thread::sleep(Duration::from_millis(200));
         }
         let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
-        assert!(status.success(), "vigil-admin provision failed");
+        assert!(status.success(), "vigil provision failed");
         stack
     }
 
-    fn command(&self, name: &str) -> Command {
-        let mut cmd = Command::new(binary(name));
-        cmd.env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
+    /// `vigil` with `command`, its first argument.
+    fn command(&self, command: &str) -> Command {
+        let mut cmd = Command::new(binary());
+        cmd.arg(command)
+            .env("VIGIL_BOOTSTRAP_SERVERS", &self.bootstrap)
             .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
             .env("RUST_LOG", "info,rdkafka=warn")
             .envs(self.security.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
+    /// One of `vigil`'s tools: `args` starts with its name (`provision`, `tail`, …).
     pub fn admin(&self, args: &[&str]) -> Command {
-        let mut cmd = self.command("vigil-admin");
-        cmd.args(args);
+        let mut cmd = self.command(args[0]);
+        cmd.args(&args[1..]);
         cmd
     }
 
     pub fn generator(&self, args: &[&str]) -> Command {
-        let mut cmd = self.command("vigil-generator");
+        let mut cmd = self.command("generate");
         cmd.arg("--kafka").args(args);
         cmd
     }
@@ -157,11 +174,11 @@ impl Stack {
 
     /// One service instance with variables of its own besides the stack's.
     pub fn spawn_with(&self, service: &str, instance: &str, vars: &[(&str, &str)]) -> Running {
-        let log_dir = binary("vigil-admin").parent().unwrap().join("kafka-test-logs");
+        let log_dir = binary().parent().unwrap().join("kafka-test-logs");
         std::fs::create_dir_all(&log_dir).unwrap();
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = log_dir.join(format!("{}-{service}-{instance}-{n}.log", self.run));
-        let mut cmd = self.command(&format!("vigil-{service}"));
+        let mut cmd = self.command(service);
         if service == "join-enrich" {
             // The tests pause their input mid-stream (to commit, kill, stall the
             // broker), longer than the wall-clock idle timeout: the join's orders
@@ -189,7 +206,8 @@ impl Stack {
 
     /// As [`Stack::spawn_all`], each service with the variables `vars` gives it.
     pub fn spawn_all_with<'a>(&self, vars: impl Fn(&str) -> &'a [(&'a str, &'a str)]) -> Vec<Running> {
-        let services: Vec<Running> = topics::SERVICES.iter().map(|s| self.spawn_with(s, "0", vars(s))).collect();
+        let services: Vec<Running> =
+            topology().stages.iter().map(|s| self.spawn_with(s.name, "0", vars(s.name))).collect();
         services.iter().for_each(Running::wait_ready);
         services
     }
@@ -221,7 +239,9 @@ pub fn send_line(producer: &InputProducer, line: &Line) {
 
 /// The embedded runtime's tagged lines for a dataset, sorted, without dead letters.
 pub fn reference(dataset: Dataset) -> Vec<String> {
-    let mut lines = vigil_pipeline::result_lines(&Config::default(), MergedInput::from_dataset(dataset)).unwrap();
+    let pipeline = SeedPipeline::default();
+    let mut lines =
+        vigil_embedded::result_lines(&pipeline, &Config::default(), MergedInput::from_dataset(dataset)).unwrap();
     lines.sort();
     lines
 }
@@ -332,7 +352,7 @@ impl Stack {
     /// What the output topics hold now, as sorted tagged lines, and the dead letters.
     pub fn outputs(&self) -> (Vec<String>, Vec<String>) {
         let mut args = vec!["tail", "--idle-exit-secs", "3", "dead-letters"];
-        args.extend(RESULT_TOPICS.iter().map(|t| t.name));
+        args.extend(result_topics().iter().map(|t| t.name));
         let out = self.admin(&args).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8(out.stdout).unwrap();

@@ -1,0 +1,192 @@
+//! Several members of a stage over logs of its input partitions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use vigil_stream::stage::In;
+use vigil_stream::Stage;
+
+use super::{all_slots, Broker, Member, PARTITIONS};
+use crate::core::{Emitted, Handling, Incoming, Slot};
+
+/// A stage's members over a simulated cluster: a log per partition of the source and
+/// repartition topics, each member reading its partitions in batches as a consumer
+/// fetches them (pausing, rewinding and resuming as its core says), and committing
+/// after each batch, which makes its rerouted records and repartition markers
+/// readable.
+pub struct Cluster<S: Stage> {
+    pub members: Vec<Member<S>>,
+    pub logs: BTreeMap<Slot, Vec<Incoming<In<S>>>>,
+    pub next: BTreeMap<Slot, usize>,
+    pub paused: BTreeSet<Slot>,
+    pub broker: Broker,
+}
+
+impl<S: Stage> Cluster<S>
+where
+    In<S>: Clone,
+{
+    /// `members` members, each given every `members`-th task.
+    pub fn new(stage: impl Fn() -> S, members: i32, source: BTreeMap<Slot, Vec<Incoming<In<S>>>>) -> Self {
+        let broker = Broker::default();
+        let members = (0..members)
+            .map(|m| {
+                let mut member = Member::new(stage());
+                let slots: Vec<Slot> =
+                    all_slots(member.core.inputs().len()).into_iter().filter(|(_, p)| p % members == m).collect();
+                member.assign(&broker, &slots);
+                member
+            })
+            .collect();
+        Cluster { members, logs: source, next: BTreeMap::new(), paused: Default::default(), broker }
+    }
+
+    /// Every source partition judged idle before any input came, and what the tasks
+    /// then said read by every member: a stage started a while before its input. Its
+    /// idle tasks' last repeat is written just before the input comes, and read after.
+    pub fn paused_before_input(mut self) -> Self {
+        let input = std::mem::take(&mut self.logs);
+        self.mark_idle(|input, inputs| input < inputs / 2);
+        self.settle(1);
+        for m in 0..self.members.len() {
+            self.commit(m, true);
+        }
+        self.logs.extend(input);
+        self
+    }
+
+    /// As [`Cluster::paused_before_input`], but the input comes before the idle tasks
+    /// said anything on the repartition topics (a member busy when its partitions
+    /// went idle commits later): their readers, hearing nothing there either, took
+    /// them for idle too.
+    pub fn silent_before_input(mut self) -> Self {
+        self.mark_idle(|_, _| true);
+        self
+    }
+
+    /// Every member judges idle its partitions of the inputs `which` picks (by index,
+    /// of how many), source inputs first.
+    pub fn mark_idle(&mut self, which: impl Fn(usize, usize) -> bool) {
+        for m in &mut self.members {
+            let inputs = m.core.inputs().len();
+            let tasks: Vec<i32> = m.core.tasks().collect();
+            let slots = all_slots(inputs).into_iter().filter(|&(i, p)| which(i, inputs) && tasks.contains(&p));
+            for slot in slots.collect::<Vec<_>>() {
+                m.core.mark_idle(slot);
+            }
+        }
+    }
+
+    /// Runs until nothing moves; what every member delivered.
+    pub fn run(mut self, batch: usize) -> Vec<Emitted> {
+        self.settle(batch);
+        self.members.into_iter().flat_map(|m| m.delivered).collect()
+    }
+
+    /// Every member reads `batch` messages of each of its partitions in turn, and
+    /// commits, until nothing moves; then, as the shell's timer does, a commit at
+    /// which idle tasks repeat that they are idle, read by all; and on, until a whole
+    /// turn of that reads no record.
+    pub fn settle(&mut self, batch: usize) {
+        loop {
+            let mut records = 0;
+            while let Some(read) = self.round(batch, false) {
+                records += read;
+            }
+            records += self.round(batch, true).unwrap_or(0);
+            while let Some(read) = self.round(batch, false) {
+                records += read;
+            }
+            if records == 0 {
+                break;
+            }
+        }
+    }
+
+    /// One turn of every member, committing with `repeat_idle`: `None` if nothing
+    /// moved, else how many records were read (not held).
+    pub fn round(&mut self, batch: usize, repeat_idle: bool) -> Option<usize> {
+        let (mut progress, mut records) = (false, 0);
+        {
+            for m in 0..self.members.len() {
+                let mut rerouted = Vec::new();
+                let slots = all_slots(self.members[m].core.inputs().len());
+                let mine = slots.into_iter().filter(|&(_, p)| self.members[m].core.tasks().any(|t| t == p));
+                for slot in mine.collect::<Vec<_>>() {
+                    for _ in 0..batch {
+                        let at = *self.next.entry(slot).or_default();
+                        let Some(entry) = self.logs.get(&slot).and_then(|l| l.get(at)).map(clone_incoming) else {
+                            break;
+                        };
+                        if self.paused.contains(&slot) {
+                            break;
+                        }
+                        progress = true;
+                        self.next.insert(slot, at + 1);
+                        let incoming = clone_incoming(&entry);
+                        let member = &mut self.members[m];
+                        let routed = member.core.on_input(slot, at as i64, incoming).unwrap();
+                        let is_record = matches!(entry, Incoming::Record { .. });
+                        records += usize::from(is_record && !matches!(routed, Handling::Held { .. }));
+                        match routed {
+                            Handling::Reroute { input, partition, .. } => rerouted.push(((input, partition), entry)),
+                            Handling::Held { seek: Some(from) } => {
+                                self.paused.insert(slot);
+                                self.next.insert(slot, from as usize);
+                            }
+                            _ => {}
+                        }
+                        member.pending.extend(member.core.take_outputs().expect("every output encodes as JSON"));
+                    }
+                }
+                // As the shell does: a task asked a generation answers it once its
+                // source partitions are read to their end.
+                for (task, slots) in self.members[m].core.to_verify() {
+                    let end = |slot| self.logs.get(&slot).map_or(0, Vec::len);
+                    if slots.iter().all(|&slot| self.next.get(&slot).copied().unwrap_or(0) >= end(slot)) {
+                        self.members[m].core.verified(task);
+                        progress = true;
+                    }
+                }
+                let flow = self.members[m].core.flow();
+                self.paused.extend(flow.pause);
+                for (slot, from) in flow.rewind {
+                    self.next.insert(slot, from as usize);
+                }
+                for slot in flow.resume {
+                    progress |= self.paused.remove(&slot);
+                }
+                for (slot, entry) in rerouted {
+                    self.logs.entry(slot).or_default().push(entry);
+                }
+                progress |= self.commit(m, repeat_idle);
+            }
+        }
+        progress.then_some(records)
+    }
+}
+
+impl<S: Stage> Cluster<S> {
+    /// Member `m` commits, with `repeat_idle` as in [`Cluster::round`]; its markers go
+    /// to every partition of the repartition topics. Whether it wrote any.
+    pub fn commit(&mut self, m: usize, repeat_idle: bool) -> bool {
+        let markers = self.members[m].commit_repeating(&mut self.broker, repeat_idle);
+        let inputs = self.members[m].core.inputs();
+        let repartitions: Vec<usize> = (0..inputs.len()).filter(|&i| inputs[i].is_repartition()).collect();
+        for marker in &markers {
+            for &i in &repartitions {
+                for p in 0..PARTITIONS as i32 {
+                    self.logs.entry((i, p)).or_default().push(Incoming::Marker(*marker));
+                }
+            }
+        }
+        !markers.is_empty()
+    }
+}
+
+pub fn clone_incoming<I: Clone>(incoming: &Incoming<I>) -> Incoming<I> {
+    match incoming {
+        Incoming::Record { record, event_ts } => Incoming::Record { record: record.clone(), event_ts: *event_ts },
+        Incoming::Marker(m) => Incoming::Marker(*m),
+        Incoming::Undecodable => Incoming::Undecodable,
+    }
+}

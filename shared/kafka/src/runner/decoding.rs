@@ -1,0 +1,67 @@
+//! Input bytes to records: each message decoded as its topic's record type (Avro in
+//! the Confluent wire format, checked against the record's rules); what cannot be
+//! read becomes a dead letter with its reason, never dropped.
+
+use anyhow::Result;
+use rdkafka::producer::BaseRecord;
+use serde::de::DeserializeOwned;
+use serde::{Serialize, Serializer};
+use tracing::warn;
+use vigil_model::output::RecordType;
+use vigil_model::topology::DEAD_LETTERS;
+use vigil_model::Record;
+use vigil_stream::{ReadRecord, Stage};
+
+use super::Runner;
+use crate::codec::{Codec, CodecError};
+
+/// How a stage reads a message's value: decoded as the record type it asks for.
+pub(super) struct Decoding<'a> {
+    pub(super) codec: &'a Codec,
+    pub(super) payload: &'a [u8],
+}
+
+impl ReadRecord for Decoding<'_> {
+    type Error = CodecError;
+
+    fn read<T: Record + DeserializeOwned>(self) -> Result<T, CodecError> {
+        let record: T = self.codec.decode(self.payload)?;
+        record.check().map_err(|e| CodecError::Decode(e.0))?;
+        Ok(record)
+    }
+}
+
+/// The record a bad input becomes on `dead-letters`.
+#[derive(Serialize)]
+struct DeadLetter<'a> {
+    record_type: RecordType,
+    source: &'a str,
+    partition: i32,
+    offset: i64,
+    reason: String,
+    #[serde(serialize_with = "bytes")]
+    payload: &'a [u8],
+}
+
+fn bytes<S: Serializer>(b: &&[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bytes(b)
+}
+
+impl<S: Stage + Clone> Runner<S> {
+    pub(super) fn dead_letter(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        reason: String,
+        payload: &[u8],
+    ) -> Result<()> {
+        warn!(topic, partition, offset, %reason, "dead letter");
+        self.metrics.dead_letters.inc();
+        let letter =
+            DeadLetter { record_type: RecordType::DeadLetter, source: topic, partition, offset, reason, payload };
+        let value = self.core.encoder().encode(&DEAD_LETTERS, &letter)?;
+        self.records_out[DEAD_LETTERS.name].inc();
+        self.send(BaseRecord::to(DEAD_LETTERS.name).key(topic).payload(&value))
+    }
+}
