@@ -141,7 +141,7 @@ fn the_kafka_clients_security_settings_share_the_file_and_never_print() {
 fn mistakes_get_a_clear_message_and_a_failing_exit_code() {
     let out = pipeline(&["--input", "/nonexistent/vigil-dataset"], &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("vigil-generator --out"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("vigil generate --out"), "{}", text(&out.stderr));
 
     let out = pipeline(&["--print-config"], &[("VIGIL_DEVICES_MAX_REBOOTS_PER_WINDOW", "many")]);
     assert_eq!(out.status.code(), Some(2));

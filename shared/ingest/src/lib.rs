@@ -432,7 +432,7 @@ impl MergedInput {
                 io::ErrorKind::NotFound,
                 format!(
                     "{} holds none of orders.ndjson, payments.ndjson, devices.ndjson; \
-                     write a dataset folder with `vigil-generator --out DIR`",
+                     write a dataset folder with `vigil generate --out DIR`",
                     dir.display()
                 ),
             ));
@@ -634,6 +634,6 @@ mod tests {
     fn a_folder_without_any_stream_file_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let err = MergedInput::from_dir(dir.path()).err().unwrap().to_string();
-        assert!(err.contains("vigil-generator --out"), "{err}");
+        assert!(err.contains("vigil generate --out"), "{err}");
     }
 }

@@ -31,7 +31,7 @@ pub struct KafkaArgs {
     /// Milliseconds between transaction commits.
     #[arg(long, env = "VIGIL_COMMIT_INTERVAL_MS", default_value_t = 100)]
     pub commit_interval_ms: u64,
-    /// TOML file with the seed's parameters (see the README).
+    /// TOML file with the seed's parameters (docs/configuration.md).
     #[arg(long, env = "VIGIL_CONFIG")]
     pub config: Option<PathBuf>,
 }

@@ -1,7 +1,7 @@
 //! Record values as Avro in the Confluent wire format (magic byte, schema id, datum),
 //! through `schema_registry_converter` and a Confluent-compatible schema registry.
 //! Each topic's value schema is the file in `schemas/`, registered under the subject
-//! `<topic>-value` on first use (or by `vigil-admin provision`).
+//! `<topic>-value` on first use (or by `vigil provision`).
 //!
 //! Values written under one of Vigil's own schemas (the common case: whoever wrote
 //! them registered the same schema) are read and written straight through serde: by

@@ -194,9 +194,7 @@ const METADATA_REFRESH: &str = "10000";
 /// answer leaves out, and a KRaft broker that was stalled past its controller
 /// session answers, for the few milliseconds until it is unfenced, that no broker is
 /// alive: a client that asked just then has no broker left to ask again, and by
-/// default starts over only after five minutes (seen in the stalled-broker test: the
-/// input producer held every record for five minutes, then gave them up; the
-/// broker's log said it was fenced for 39 ms).
+/// default starts over only after five minutes (docs/decisions.md).
 const REBOOTSTRAP_AFTER: &str = "10000";
 
 /// A librdkafka configuration for `bootstrap_servers` with this process's security
@@ -214,13 +212,10 @@ pub fn client_config(bootstrap_servers: &str) -> ClientConfig {
 /// queue drains. librdkafka stops fetching a partition once `queued.min.messages`
 /// of its records wait in the consumer's queue, then backs it off for
 /// `fetch.queue.backoff.ms` (a second by default) however soon they are read, and a
-/// pause does not reset that. A member reading a backlog (pre-loaded topics, a
-/// replay, a restart behind) hit it on partition after partition, more so as it
-/// paused those that ran ahead: the keyed throughput run sat half idle for seconds
-/// (12-16 s where it now takes 6-7), and `vigil-admin tail` took 6.7 s for a million
-/// records where it then took 2.7 (README, Performance). It keeps up to
-/// `queued_records` of a partition (the queue refills from below that). (The
-/// changelog reader, one partition a thread, sets its own.)
+/// pause does not reset that: a member reading a backlog sat half idle for seconds
+/// (docs/decisions.md). It keeps up to `queued_records` of a partition (the queue
+/// refills from below that). (The changelog reader, one partition a thread, sets
+/// its own.)
 pub fn fetch_again_when_drained(config: &mut ClientConfig, queued_records: u32) -> &mut ClientConfig {
     config.set("queued.min.messages", queued_records.to_string()).set("fetch.queue.backoff.ms", "10")
 }

@@ -55,12 +55,9 @@ pub const STUCK_OUT_OF_GROUP: Duration = Duration::from_secs(120);
 
 /// Whether the member is in its consumer group. A member whose partitions were
 /// revoked is rejoining, and the group gives it an assignment (maybe empty) within a
-/// rebalance. Seen in the chaos suite: after a broker crash a consumer's session
-/// timed out, it gave up its partitions, and its rejoin waited on a group
-/// coordinator that librdkafka never found again. The member went round its loop
-/// for 16 minutes, beating and so healthy, holding no partition. Out of the group
-/// for `DEGRADED_OUT_OF_GROUP` it is degraded; for `STUCK_OUT_OF_GROUP`, stuck: it
-/// starts over with new clients.
+/// rebalance; a rejoin can wait for good on a group coordinator librdkafka never
+/// finds again (docs/decisions.md). Out of the group for `DEGRADED_OUT_OF_GROUP` it
+/// is degraded; for `STUCK_OUT_OF_GROUP`, stuck: it starts over with new clients.
 #[derive(Debug, Default)]
 pub struct Membership {
     out_since: Option<Instant>,

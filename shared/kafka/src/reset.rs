@@ -132,7 +132,7 @@ pub enum Action {
     CommitAtEnd { stage: &'static str, group: String, topic: &'static str, rewritten_by: Vec<&'static str> },
     /// Forget one of the stage's internal topics.
     DeleteTopic { stage: &'static str, topic: String },
-    /// The internal topics back, empty, exactly as `vigil-admin provision` creates them.
+    /// The internal topics back, empty, exactly as `vigil provision` creates them.
     CreateTopics { topics: Vec<String> },
 }
 
@@ -490,7 +490,7 @@ impl Admin {
     fn commit_at_end(&self, group: &str, topic: &str) -> Result<String> {
         let partitions = topics::partition_count(&self.client, topic)? as i32;
         if partitions == 0 {
-            bail!("topic `{topic}` does not exist; run `vigil-admin provision` first");
+            bail!("topic `{topic}` does not exist; run `vigil provision` first");
         }
         let mut offsets = TopicPartitionList::new();
         let mut skipped = 0;
@@ -548,7 +548,7 @@ impl Admin {
     }
 
     /// Provisioning creates every missing topic, the deleted ones among them, with the
-    /// same settings as `vigil-admin provision`.
+    /// same settings as `vigil provision`.
     fn create_topics(&self, internal: &[String], recreate: Recreate) -> Result<String> {
         let replication = recreate.replication.or(self.replication_seen).unwrap_or(1);
         let report = topics::provision(&self.admin, &self.client, &self.topology, recreate.partitions, replication)?;

@@ -157,9 +157,9 @@ fn read_partition<O: Stateful>(
     let reader = ClosedAside(Some(reader));
     let mut tpl = TopicPartitionList::new();
     // From its first offset, known already: asked to start at `Beginning`, a new
-    // client looks that offset up, and before it knows the partition's leader it
-    // retries the lookup only after 500 ms, which held up every start-up. (Should the
-    // log's start move meanwhile, `auto.offset.reset` reads from the new one.)
+    // client looks that offset up and retries the lookup only after 500 ms before it
+    // knows the partition's leader. (Should the log's start move meanwhile,
+    // `auto.offset.reset` reads from the new one.)
     tpl.add_partition_offset(changelog, partition, Offset::Offset(first))?;
     reader.assign(&tpl)?;
     let mut restored = Restored::default();
@@ -201,25 +201,14 @@ fn finish<O: Stateful>(tasks: Vec<TaskRestore<'_, O>>, mut restored: Restored) -
 /// Of each changelog partition, the first offset and the last stable one.
 type Readable = BTreeMap<i32, (i64, i64)>;
 
-/// Waits until no transaction is open on the changelog partitions: until the end
-/// that read_committed sees (the last stable offset) reaches the end of what was
-/// written (the high watermark) as it was at the start. A transaction still open may
-/// be one that committed, its markers on their way (right after a rebalance, and for
-/// seconds after a broker restart), and it can span several task partitions: a
-/// restore that read without it would bring back state older than the offsets
-/// committed with it, or some tasks' state of one commit and others' of the commit
-/// before, and redo committed work. One that will abort (its writer died) ends at
-/// the transaction timeout. One still open after [`OPEN_TRANSACTION_WAIT`] is most
-/// likely a commit whose markers wait on a broker in trouble (seen in the chaos
-/// suite: going on without it, and with the group's offsets of the commit before,
-/// did that commit's work again once its markers landed), so the restore fails and
-/// the member starts over to restore again later. A hanging transaction (one its
-/// coordinator no longer knows) of the member's own producer id ends with its new
-/// epoch's claim on the partition (see `epoch`), which may still be under way: then
-/// the wait ends with the claim, as it does with the claim's own. One of another
-/// producer id (an instance that no longer runs) holds it until an operator aborts
-/// it, as the error says how. Returns what the reader can read of each partition: its
-/// first offset and its last stable one.
+/// Waits until no transaction is open on the changelog partitions (the last stable
+/// offset reaches the high watermark as it was at the start): an open one may be a
+/// commit whose markers are on their way, and reading without it would bring back
+/// state older than the offsets committed with it. After [`OPEN_TRANSACTION_WAIT`]
+/// the restore fails and the member starts over; a hanging transaction of its own
+/// producer id ends with its new epoch's claim (`epoch`). docs/kafka.md, "Restores wait
+/// for open transactions", has the cases. Returns each partition's first offset and
+/// last stable one.
 fn wait_for_open_transactions(
     bootstrap_servers: &str,
     changelog: &str,

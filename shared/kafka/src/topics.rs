@@ -23,7 +23,7 @@ pub const MAX_SNAPSHOT_BYTES: &str = "33554432";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
-    #[error("topic `{topic}` does not exist; run `vigil-admin provision` first")]
+    #[error("topic `{topic}` does not exist; run `vigil provision` first")]
     Missing { topic: String },
     #[error(
         "topic `{topic}` has {actual} partitions but Vigil is configured for {expected} \

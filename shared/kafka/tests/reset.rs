@@ -1,4 +1,4 @@
-//! `vigil-admin reset` against a real broker and registry (started by
+//! `vigil reset` against a real broker and registry (started by
 //! `scripts/test.sh`, which exports VIGIL_BOOTSTRAP_SERVERS and
 //! VIGIL_SCHEMA_REGISTRY_URL), with the six services as processes, as in
 //! `services.rs`. Ignored by a plain `cargo test`. Each test resets every topic, so
@@ -52,7 +52,7 @@ impl Stack {
         self.consumer(&format!("vigil-reset-test-{}", self.run))
     }
 
-    /// `vigil-admin reset` on this run's groups.
+    /// `vigil reset` on this run's groups.
     fn reset(&self, args: &[&str]) -> Output {
         let pattern = self.group("{stage}");
         self.admin(&["reset", "--group-id", &pattern]).args(args).output().unwrap()
@@ -65,7 +65,7 @@ impl Stack {
         loop {
             let out = self.reset(args);
             if !text(&out.stderr).contains("cannot reset a running stage") || Instant::now() > deadline {
-                eprintln!("$ vigil-admin reset {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
+                eprintln!("$ vigil reset {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
                 return out;
             }
             std::thread::sleep(Duration::from_secs(1));

@@ -294,7 +294,7 @@ fn garbage_and_wrong_schemas_go_to_dead_letters_and_the_service_goes_on() {
     assert_eq!(ontime.len(), 1, "the valid event after them is processed");
 }
 
-/// `vigil-admin tail … | head`: the reader goes away in the middle of a backlog, and
+/// `vigil tail … | head`: the reader goes away in the middle of a backlog, and
 /// tail stops quietly, with success: no panic, and no following on for nobody.
 #[test]
 #[ignore = "needs Kafka and a schema registry: run scripts/test.sh"]

@@ -1,4 +1,4 @@
-//! `vigil-admin healthcheck URL`: exits 0 if the URL answers 200, for container
+//! `vigil healthcheck URL`: exits 0 if the URL answers 200, for container
 //! healthchecks in images without curl.
 
 use std::io::{Read, Write};

@@ -97,7 +97,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     /// silent. Not on the repartition topics: a reader there takes its writers'
     /// idleness back only with an ask, and their answers are what it waits for. A
     /// repeat there put every repartition partition into one transaction of every
-    /// member at once: at 20 000 events/s, bursts of 100–300 ms in the hops' p99.
+    /// member at once, and bursts in the hops' latency (docs/decisions.md).
     pub fn prepare_commit(&mut self, repeat: Option<&BTreeSet<i32>>) -> CommitBatch {
         let mut batch = CommitBatch::default();
         let ids: Vec<i32> = self.tasks.keys().copied().collect();

@@ -30,27 +30,13 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     }
 
     /// Input of task `id` resumed on `from`: every input it leaves out as idle holds
-    /// it again until that input says it is idle once more. An idle source partition
-    /// wakes (the shell watches it for another spell of silence:
-    /// [`TaskCore::take_woken`]); an upstream partition's idle writers hold it at
-    /// what they last said, until they repeat that they are idle
-    /// ([`TaskCore::prepare_commit`]). Input produced after a pause reaches a task's
-    /// partitions, and the tasks upstream, moments apart, and the first to resume
-    /// would otherwise carry the watermark past the records of the rest. Holding one
-    /// too many delays the watermark by at most the idle timeout; holding one too few
-    /// makes records late.
-    ///
-    /// A repartition partition is held only by what happens on it: its writers' idle
-    /// says that they forward nothing (their input is keyed), not that nothing is to
-    /// come, and taking it back when a source resumes would judge correctly keyed
-    /// input otherwise than the embedded runtime does.
-    ///
-    /// Resuming on a source or repartition partition also asks the task's
-    /// repartition writers a new generation ([`TaskCore::ask`]): a task whose keys
-    /// come only through the repartition topics (its own partitions get no records)
-    /// must not be released by an idle writer's marker written before that writer's
-    /// input came. The writers' answers are also what releases a repartition
-    /// partition held here: they do not repeat their idleness there otherwise.
+    /// it again until that input says it is idle once more (an idle source partition
+    /// wakes, [`TaskCore::take_woken`]; an upstream partition's idle writers hold it
+    /// until they repeat it, [`TaskCore::prepare_commit`]), or the first input to
+    /// resume would carry the watermark past the records of the rest. A repartition
+    /// partition is held only by what happens on it, and a resumed source or
+    /// repartition partition asks the task's repartition writers a new generation
+    /// (`ask`). docs/kafka.md, "Idleness taken back", says why each.
     pub(super) fn resume(&mut self, id: i32, from: Slot) {
         if !matches!(self.inputs[from.0].kind, InputKind::Upstream) && self.inputs.iter().any(Input::is_repartition) {
             self.ask(id);

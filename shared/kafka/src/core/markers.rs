@@ -1,42 +1,13 @@
-//! Watermarks between services. A Kafka topic carries records, not event-time
-//! progress, so every task that writes a topic also writes, at each commit that moves
-//! its watermark or idleness, a marker record to every partition of it (on the
-//! repartition topics, an idle task's less often: see `source_news` in `core.rs`): no
-//! value, two headers saying which task wrote it and its output watermark. A
-//! reader's watermark for a partition is the minimum over the tasks that write to
-//! it, as Flink combines its input channels; the embedded runtime combines the same
-//! tasks the same way.
-//!
-//! A task whose inputs are all idle says so in its markers (a third header); its
-//! readers leave it out until it speaks again, as Flink's idle watermark status does.
-//! Without that, one partition that gets no records (a key space that never lands
-//! on it) would hold every downstream window back forever.
-//!
-//! Unlike Flink's, that idleness is taken back when input resumes. A replay produced
-//! after every input went idle reaches the writers moments apart, and the first to
-//! resume would carry its readers past the records of the others, all then late. So
-//! when any input of a reader resumes, its idle writers hold it again, at what they
-//! last said, until they say once more that they are idle: idle tasks repeat it every
-//! half idle timeout, once the broker says their inputs are read to their end. (On a
-//! repartition topic, idle says that a writer forwards nothing, which only its own
-//! forwarding takes back: see `TaskCore::resume`.)
-//!
-//! On the repartition topics the repeat must also be known to come after the
-//! resumption it answers: one written just before another task's input came, and
-//! read just after, says nothing of that input. So a task whose input resumes asks
-//! its writers a new generation (a fourth header on its markers), and holds its
-//! source records until every writer has answered it; the answers are the only
-//! repeat there. A writer answers at once if its markers bound what it forwards
-//! (none of its source partitions is idle, and it knows from records how its input
-//! is keyed), else once the broker says its source partitions are read to their
-//! end.
-//!
-//! Whoever produces the input topics (the generator, after a dataset) may write a
-//! marker without a task header to say a partition has ended: its watermark is then
-//! the end of time and every window fires, as a bounded source does in Flink. On a
-//! partition left out as idle, that end counts as its input resuming (see
-//! `TaskCore::resumes`): it must not carry its task past records still on their
-//! way to it through the repartition topics.
+//! Watermarks between stages. A Kafka topic carries records, not event-time progress,
+//! so every task that writes a topic also writes, at a commit that moves its
+//! watermark or idleness, a marker to every partition of it: which task wrote it, its
+//! output watermark, whether it is idle, and on the repartition topics the
+//! generation it answers. A reader's watermark for a partition is the minimum over
+//! the writers that are not idle, as Flink combines its input channels; idleness is
+//! taken back when input resumes, and a writer that has not answered the generation
+//! its reader asked counts as not idle. An external producer may write a marker
+//! without a task to say a partition has ended. docs/kafka.md, "Watermark markers",
+//! tells the whole protocol and why each part is there.
 
 use serde::{Deserialize, Serialize};
 use vigil_model::Millis;

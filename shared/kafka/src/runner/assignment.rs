@@ -29,10 +29,8 @@ impl<S: Stage + Clone> Runner<S> {
             // producer is taken even with no transaction open: its
             // `init_transactions` returns only once the last commit's markers are
             // written, and until then that commit's offsets and changelog records
-            // cannot be read (a commit returns once the coordinator has logged it).
-            // Read too soon, the tasks would come back one commit old (seen in the
-            // chaos suite after a broker restart: a restore gave up waiting on that
-            // commit, and records were judged again against mixed state).
+            // cannot be read, and the tasks would come back one commit old
+            // (docs/decisions.md, "Incidents behind the Kafka shell's defences").
             let open = self.in_transaction;
             self.fence_open_transaction()?;
             if open {
@@ -128,12 +126,12 @@ impl<S: Stage + Clone> Runner<S> {
     /// stable offsets, and an offset commit left open on __consumer_offsets holds them
     /// unstable: for good if no transaction marker will ever end it (a "hanging
     /// transaction": a commit request of an older epoch that reached the broker after
-    /// its transaction ended, which librdkafka cannot prevent without KIP-890; seen in
-    /// the chaos suite after a broker restart). When the offsets cannot be read, this
-    /// member aborts a transaction holding one offset commit: the abort marker of its
-    /// producer id ends every transaction of that producer id still open on the
-    /// group's partition, a hanging one of its own included. For any other cause
-    /// it changes nothing, and the error names the remedy.
+    /// its transaction ended, which librdkafka cannot prevent without KIP-890). When
+    /// the offsets cannot be read, this member aborts a transaction holding one
+    /// offset commit: the abort marker of its producer id ends every transaction of
+    /// that producer id still open on the group's partition, a hanging one of its own
+    /// included. For any other cause it changes nothing, and the error names the
+    /// remedy.
     pub(super) fn committed_offsets(&mut self, tpl: TopicPartitionList) -> Result<TopicPartitionList> {
         let first = match self.read_committed_offsets(tpl.clone()) {
             Ok(offsets) => return Ok(offsets),
@@ -236,7 +234,7 @@ impl<S: Stage + Clone> Runner<S> {
                 "the offset committed with this partition's state differs from the committed offset read or \
                  believed; reading from the state's (an offset commit of an earlier transaction that landed late, \
                  or a commit reported failed that completed). To process records again on purpose, use \
-                 `vigil-admin reset`"
+                 `vigil reset`"
             );
             self.metrics.offset_corrections.inc();
         }

@@ -114,9 +114,7 @@ impl<S: Stage + Clone> Runner<S> {
 
     /// `send_offsets_to_transaction`, bounded. librdkafka can wait past the timeout
     /// it is given, for good, while the group coordinator it has cached does not come
-    /// back (confluentinc/librdkafka#5456 and #5511; seen in the chaos suite after a
-    /// broker restart: a member's loop blocked here for five minutes, until
-    /// `max.poll.interval.ms` expelled its consumer). The call runs on a thread of its
+    /// back (confluentinc/librdkafka#5456 and #5511). The call runs on a thread of its
     /// own; if it has not returned in time the commit fails, and the abort that
     /// follows gives up this producer for a new one (the thread keeps the old one
     /// until librdkafka lets go of it).

@@ -215,7 +215,7 @@ impl Stack {
     /// The test's own producer (on the plaintext stack: it is a client without the
     /// processes' security settings).
     pub fn producer(&self) -> InputProducer {
-        assert!(self.security.is_empty(), "the secured stack takes its input from vigil-generator");
+        assert!(self.security.is_empty(), "the secured stack takes its input from `vigil generate`");
         InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
     }
 }
