@@ -266,52 +266,36 @@
     return standby ? `${head} · ${active} active + ${standby} standby` : `${head} · ${active} active`;
   }
 
-  /** The edge list from the API, or derived from the vertices' inputs/outputs. */
+  /**
+   * The topics between stages, as the API derives them from the topology: one edge
+   * from each stage that writes a topic to each stage that reads it, `null` ends for
+   * users (source topics in, results out).
+   */
   function edgesOf(job) {
     const byId = new Map(job.vertices.map((v) => [v.id, v]));
     const name = (id) => (id == null ? null : (byId.has(id) ? stageOf(byId.get(id)) : null));
-    const isLate = (e) => !!e.late || /-late$/.test(e.topic);
-    if (job.vigil && Array.isArray(job.vigil.edges)) {
-      return job.vigil.edges.map((e) => ({ topic: e.topic, from: name(e.from), to: name(e.to), late: isLate(e) }));
-    }
-    const edges = [];
-    const producers = new Map();
-    for (const v of job.vertices) for (const t of (v.vigil && v.vigil.outputs) || []) {
-      if (!producers.has(t)) producers.set(t, []);
-      producers.get(t).push(stageOf(v));
-    }
-    const consumed = new Set();
-    for (const v of job.vertices) for (const t of (v.vigil && v.vigil.inputs) || []) {
-      consumed.add(t);
-      const from = producers.get(t) || [null];
-      for (const f of from) edges.push({ topic: t, from: f, to: stageOf(v), late: /-late$/.test(t) });
-    }
-    for (const [t, from] of producers) if (!consumed.has(t) && t !== 'dead-letters') {
-      for (const f of from) edges.push({ topic: t, from: f, to: null, late: /-late$/.test(t) });
-    }
-    return edges;
+    const edges = (job.vigil && Array.isArray(job.vigil.edges)) ? job.vigil.edges : [];
+    return edges.map((e) => ({ topic: e.topic, from: name(e.from), to: name(e.to), late: !!e.late }));
+  }
+
+  /** The job's topics by name: whether users write one, a late side output, alerts. */
+  function topicsOf(job) {
+    const topics = (job.vigil && Array.isArray(job.vigil.topics)) ? job.vigil.topics : [];
+    return new Map(topics.map((t) => [t.name, t]));
   }
 
   // ---------------------------------------------------------------- job graph
 
   const VW = 240;
   const VH = 100;
-  const COL = [214, 648];           // x of the first and second stage columns
+  const COL0 = 214;                 // x of the first stage column
+  const COL_STEP = 434;             // from one stage column to the next
+  const ROW_GAP = 20;               // between the stages of a column
+  const GROUP_GAP = 40;             // between groups
+  const TOP = 16;
   const SRC_X = 14;
   const SRC_W = 142;
   const PILL_H = 28;
-  const KNOWN = {
-    'join-enrich': [0, 76],
-    'payment-metrics': [1, 16],
-    'payment-anomalies': [1, 136],
-    'device-router': [0, 336],
-    'device-analytics': [1, 276],
-    'health-monitor': [1, 396],
-  };
-  const LANES = [
-    { label: 'Payments', stages: ['join-enrich', 'payment-metrics', 'payment-anomalies'] },
-    { label: 'Devices', stages: ['device-router', 'device-analytics', 'health-monitor'] },
-  ];
 
   /** Spread items (each with .y desired centre) so centres are at least `gap` apart. */
   function spread(items, gap) {
@@ -331,38 +315,105 @@
     return items;
   }
 
-  function layout(stages, edges) {
-    const pos = new Map();
-    const upstream = new Map(stages.map((s) => [s, []]));
-    for (const e of edges) if (e.from && e.to && upstream.has(e.to)) upstream.get(e.to).push(e.from);
-    const depthMemo = new Map();
-    const depth = (s, seen = new Set()) => {
-      if (depthMemo.has(s)) return depthMemo.get(s);
-      if (seen.has(s)) return 0;
-      seen.add(s);
-      const ups = upstream.get(s) || [];
-      const d = ups.length ? 1 + Math.max(...ups.map((u) => depth(u, seen))) : 0;
-      depthMemo.set(s, d);
-      return d;
+  const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+  /**
+   * Where each stage goes, from the edges alone (nothing here knows a stage by name).
+   * A group is a connected component: stages that share a topic; groups come in the
+   * order of their first stage, each named after its source topics. A stage's column
+   * is its depth: 0 if it reads only source topics, else 1 + the deepest column of
+   * the stages whose main outputs it reads. A late side output into another stage is
+   * drawn as a side channel out of its writer's bottom, so it sets its reader's
+   * column only when the reader reads nothing else from a stage. Within a group,
+   * each column is centred on the group's tallest, its stages ordered by the mean
+   * height of the stages feeding them, then in pipeline order.
+   */
+  function place(stages, edges) {
+    const index = new Map(stages.map((s, i) => [s, i]));
+    const known = (s) => s != null && index.has(s);
+
+    // Groups: union-find over the stages on each topic, the root being the first stage.
+    const root = new Map(stages.map((s) => [s, s]));
+    const find = (s) => {
+      while (root.get(s) !== s) s = root.get(s);
+      return s;
     };
-    let extraY = 0;
-    for (const s of stages) {
-      if (KNOWN[s]) {
-        const [c, y] = KNOWN[s];
-        pos.set(s, { x: COL[c], y });
-        extraY = Math.max(extraY, y + VH + 80);
+    const join = (a, b) => {
+      const [ra, rb] = [find(a), find(b)];
+      if (ra === rb) return;
+      const [first, later] = index.get(ra) < index.get(rb) ? [ra, rb] : [rb, ra];
+      root.set(later, first);
+    };
+    const onTopic = new Map();
+    for (const e of edges) {
+      for (const s of [e.from, e.to].filter(known)) {
+        if (!onTopic.has(e.topic)) onTopic.set(e.topic, []);
+        onTopic.get(e.topic).push(s);
       }
     }
-    // Stages this page does not know yet: by depth, below the known ones.
-    const unknown = stages.filter((s) => !KNOWN[s]);
-    const perCol = new Map();
-    for (const s of unknown) {
-      const d = depth(s);
-      const row = perCol.get(d) || 0;
-      perCol.set(d, row + 1);
-      pos.set(s, { x: COL[0] + d * (COL[1] - COL[0]), y: extraY + row * (VH + 24) });
+    for (const ss of onTopic.values()) for (const s of ss) join(ss[0], s);
+
+    // Columns: depth over the stages that feed each stage.
+    const feeds = new Map(stages.map((s) => [s, { main: [], late: [] }]));
+    for (const e of edges) if (known(e.from) && known(e.to)) feeds.get(e.to)[e.late ? 'late' : 'main'].push(e.from);
+    const upstream = (s) => (feeds.get(s).main.length ? feeds.get(s).main : feeds.get(s).late);
+    const depth = new Map();
+    const depthOf = (s, path = new Set()) => {
+      if (depth.has(s)) return depth.get(s);
+      if (path.has(s)) return 0; // a cycle: the topology has none, the page survives one
+      path.add(s);
+      const ups = upstream(s);
+      const d = ups.length ? 1 + Math.max(...ups.map((u) => depthOf(u, path))) : 0;
+      path.delete(s);
+      depth.set(s, d);
+      return d;
+    };
+
+    const groups = [];
+    const groupOf = new Map();
+    for (const s of stages) {
+      const r = find(s);
+      if (!groupOf.has(r)) {
+        const g = { stages: [], sources: [] };
+        groupOf.set(r, g);
+        groups.push(g);
+      }
+      groupOf.get(r).stages.push(s);
     }
-    const maxRight = Math.max(...[...pos.values()].map((p) => p.x + VW), COL[1] + VW);
+    for (const e of edges) {
+      if (e.from == null && known(e.to)) {
+        const g = groupOf.get(find(e.to));
+        if (!g.sources.includes(e.topic)) g.sources.push(e.topic);
+      }
+    }
+
+    const pos = new Map();
+    let top = TOP;
+    for (const g of groups) {
+      g.label = g.sources.length ? g.sources.join(', ') : g.stages[0];
+      const cols = [];
+      for (const s of g.stages) (cols[depthOf(s)] = cols[depthOf(s)] || []).push(s);
+      const tall = (n) => n * VH + (n - 1) * ROW_GAP;
+      const height = tall(Math.max(...Array.from(cols, (c) => (c ? c.length : 0))));
+      cols.forEach((col, d) => {
+        const fedAt = (s) => {
+          const ys = upstream(s).filter((u) => pos.has(u)).map((u) => pos.get(u).y);
+          return ys.length ? mean(ys) : 0;
+        };
+        col.sort((a, b) => fedAt(a) - fedAt(b) || index.get(a) - index.get(b));
+        const y0 = top + (height - tall(col.length)) / 2;
+        col.forEach((s, i) => pos.set(s, { x: COL0 + d * COL_STEP, y: y0 + i * (VH + ROW_GAP) }));
+      });
+      g.top = top;
+      g.bottom = top + height;
+      top += height + GROUP_GAP;
+    }
+    return { pos, groups };
+  }
+
+  function layout(stages, edges) {
+    const { pos, groups } = place(stages, edges);
+    const maxRight = Math.max(...[...pos.values()].map((p) => p.x + VW), COL0 + VW);
     const sinkX = maxRight + 68;
     const sinkW = 206;
 
@@ -421,7 +472,7 @@
     }
 
     const bottom = Math.max(...[...pos.values()].map((p) => p.y + VH), ...[...sinks.values(), ...sources.values()].map((t) => t.y + PILL_H / 2));
-    return { pos, sources, sinks, sinkX, sinkW, inPorts, outPorts, width: sinkX + sinkW + 14, height: bottom + 40 };
+    return { pos, groups, sources, sinks, sinkX, sinkW, inPorts, outPorts, width: sinkX + sinkW + 14, height: bottom + 40 };
   }
 
   function wirePath(a, b) {
@@ -439,7 +490,7 @@
     return { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 };
   }
 
-  function buildGraph(job, stages, edges) {
+  function buildGraph(job, stages, edges, topics) {
     const svgRoot = $('#job-graph');
     while (svgRoot.firstChild) svgRoot.removeChild(svgRoot.firstChild);
     const L = layout(stages, edges);
@@ -451,15 +502,15 @@
 
     const refs = { vertices: new Map(), edges: [], layout: L };
 
-    // lanes
+    // lanes: one per group of connected stages, named after its source topics
     const laneLayer = el('g', { class: 'lanes' }, svgRoot);
-    for (const lane of LANES) {
-      const ps = lane.stages.map((s) => L.pos.get(s)).filter(Boolean);
-      if (ps.length !== lane.stages.length) continue;
-      const y0 = Math.min(...ps.map((p) => p.y)) - 12;
-      const y1 = Math.max(...ps.map((p) => p.y + VH)) + 12;
-      el('rect', { class: 'lane', x: 4, y: y0, width: L.width - 8, height: y1 - y0, rx: 12 }, laneLayer);
-      el('text', { class: 'lane-label', x: 18, y: y0 + 20 }, laneLayer, lane.label);
+    for (const g of L.groups) {
+      const y0 = g.top - 12;
+      const y1 = g.bottom + 12;
+      const lane = el('g', { class: 'lane-group', 'data-stages': g.stages.join(' ') }, laneLayer);
+      el('title', null, lane, `${g.stages.join(', ')}${g.sources.length ? ` — reading ${g.sources.join(', ')}` : ''}`);
+      el('rect', { class: 'lane', x: 4, y: y0, width: L.width - 8, height: y1 - y0, rx: 12 }, lane);
+      el('text', { class: 'lane-label', x: 18, y: y0 + 20 }, lane, g.label);
     }
 
     const edgeLayer = el('g', { class: 'edges' }, svgRoot);
@@ -511,7 +562,8 @@
       return ref ? ref.g : edgeLayer;
     };
     const pill = (t, x, w, side) => {
-      const g = el('g', { class: `topic ${side}${t.late ? ' late' : ''}${/alert|anomal/.test(t.topic) ? ' alert' : ''}`, 'data-topic-node': t.topic }, pillParent(t.topic, side));
+      const alerts = !!(topics.get(t.topic) || {}).alerts;
+      const g = el('g', { class: `topic ${side}${t.late ? ' late' : ''}${alerts ? ' alert' : ''}`, 'data-topic-node': t.topic }, pillParent(t.topic, side));
       el('title', null, g, side === 'source' ? `${t.topic}: external input topic` : `${t.topic}: output topic${t.late ? ' (late side output)' : ''}, read by users`);
       el('rect', { x, y: t.y - PILL_H / 2, width: w, height: PILL_H, rx: PILL_H / 2 }, g);
       el('text', { x: x + 14, y: t.y + 4 }, g, t.topic);
@@ -628,9 +680,10 @@
   function renderGraph(job) {
     const stages = job.vertices.map(stageOf);
     const edges = edgesOf(job);
-    const key = JSON.stringify([stages, edges]);
+    const topics = topicsOf(job);
+    const key = JSON.stringify([stages, edges, [...topics.values()]]);
     if (key !== state.graphKey || !state.graph) {
-      state.graph = buildGraph(job, stages, edges);
+      state.graph = buildGraph(job, stages, edges, topics);
       state.graphKey = key;
       state.stageOrder = stages;
     }

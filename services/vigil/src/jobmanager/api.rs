@@ -12,6 +12,7 @@
 
 use serde_json::{json, Value};
 use vigil_kafka::status::{Commit, Role};
+use vigil_model::topology::Topology;
 
 use crate::jobmanager::cluster::TmState;
 use crate::jobmanager::view::{JobView, StageEntry};
@@ -168,6 +169,21 @@ pub fn edges(view: &JobView) -> Vec<Value> {
     edges
 }
 
+/// Every topic of the job with what the dashboard draws from it: who writes it
+/// (`external`: users), whether it is a late side output, whether its records are
+/// alerts for people. The graph's edges name these topics.
+pub fn topics(view: &JobView) -> Vec<Value> {
+    let topology = Topology { stages: view.stages.iter().map(|s| s.info).collect() };
+    topology
+        .topics()
+        .into_iter()
+        .map(|t| {
+            json!({"name": t.name, "key": t.key, "tag": t.tag, "external": t.external, "late": t.late,
+                   "alerts": t.alerts})
+        })
+        .collect()
+}
+
 fn plan(view: &JobView) -> Value {
     let nodes: Vec<Value> = view
         .stages
@@ -243,7 +259,7 @@ pub fn job(view: &JobView) -> Value {
         "vertices": vertices,
         "status-counts": {"RUNNING": running, "CREATED": view.stages.len() - running},
         "plan": plan(view),
-        "vigil": {"edges": edges(view)},
+        "vigil": {"edges": edges(view), "topics": topics(view)},
     })
 }
 

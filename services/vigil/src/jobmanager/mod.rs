@@ -11,6 +11,8 @@ mod cluster;
 mod lag;
 mod live;
 mod metrics;
+#[cfg(test)]
+mod rules;
 mod state;
 mod view;
 mod web;

@@ -190,6 +190,46 @@ mod tests {
         assert_eq!(request(&addr, "GET", "/healthz", "").0, 503, "not provisioned yet");
     }
 
+    /// What the dashboard lays its graph out from: vertices, edges between them and the
+    /// topics' kinds, all from the topology.
+    #[test]
+    fn the_job_carries_the_graph_of_the_topology() {
+        let (jm, addr) = serve();
+        let (_, body) = request(&addr, "GET", &format!("/jobs/{}", jm.job_id), "");
+        let job: Value = serde_json::from_str(&body).unwrap();
+        let topology = vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default());
+        let vertices = job["vertices"].as_array().unwrap();
+        let names: Vec<&str> = vertices.iter().map(|v| v["vigil"]["stage"].as_str().unwrap()).collect();
+        assert_eq!(names, topology.stages.iter().map(|s| s.name).collect::<Vec<_>>());
+        let topics = job["vigil"]["topics"].as_array().unwrap();
+        for t in topology.topics() {
+            let served = topics.iter().find(|x| x["name"] == t.name).unwrap_or_else(|| panic!("no topic {}", t.name));
+            assert_eq!(
+                (&served["external"], &served["late"], &served["alerts"]),
+                (&Value::from(t.external), &Value::from(t.late), &Value::from(t.alerts)),
+                "{}",
+                t.name
+            );
+        }
+        let id_of = |stage: &str| vertices.iter().find(|v| v["name"] == stage).unwrap()["id"].clone();
+        let edges = job["vigil"]["edges"].as_array().unwrap();
+        for s in &topology.stages {
+            for (input, _) in s.inputs {
+                let to_it = |e: &&Value| e["topic"] == input.name && e["to"] == id_of(s.name);
+                let from: Vec<&Value> = edges.iter().filter(to_it).map(|e| &e["from"]).collect();
+                let writers: Vec<Value> = topology.writers(input).map(|w| id_of(w.name)).collect();
+                if input.external {
+                    assert_eq!(from, [&Value::Null], "{} reads {} from users", s.name, input.name);
+                } else {
+                    assert_eq!(from, writers.iter().collect::<Vec<_>>(), "{} reads {}", s.name, input.name);
+                }
+            }
+        }
+        for e in edges {
+            assert!(topics.iter().any(|t| t["name"] == e["topic"]), "edge of an unknown topic: {e}");
+        }
+    }
+
     #[test]
     fn the_live_pane_streams_events_as_they_come() {
         let (jm, addr) = serve();
