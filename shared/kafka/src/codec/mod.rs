@@ -10,9 +10,10 @@
 //! generic way, through the converter and apache-avro's `Value` tree.
 //!
 //! Here the codec itself; beside it the pipeline's own schemas (`schemas`), the wire
-//! format's framing (`wire`), and the registry client and whose fault a failure is
-//! (`registry`).
+//! format's framing (`wire`), the registry client and whose fault a failure is
+//! (`registry`), and a value read as a stage reads it ([`Decoding`]).
 
+mod decoding;
 mod registry;
 mod schemas;
 mod wire;
@@ -34,6 +35,8 @@ use crate::core::Encode;
 use registry::registry_fault;
 use schemas::{known_schemas, own, Own};
 use wire::{schema_id, HEADER};
+
+pub use decoding::Decoding;
 
 /// The most a decoded value may claim for one string, array or map. A record is at
 /// most a Kafka message (1 MiB by default), so a larger length prefix is a lie; the

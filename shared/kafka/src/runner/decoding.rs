@@ -1,35 +1,16 @@
-//! Input bytes to records: each message decoded as its topic's record type (Avro in
-//! the Confluent wire format, checked against the record's rules); what cannot be
-//! read becomes a dead letter with its reason, never dropped.
+//! What cannot be read becomes a dead letter with its reason, never dropped. A message
+//! is decoded as its topic's record type and checked against the record's rules by
+//! [`crate::codec::Decoding`]; one that fails goes to `dead-letters` from here.
 
 use anyhow::Result;
 use rdkafka::producer::BaseRecord;
-use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use tracing::warn;
 use vigil_model::output::RecordType;
 use vigil_model::topology::DEAD_LETTERS;
-use vigil_model::Record;
-use vigil_stream::{ReadRecord, Stage};
+use vigil_stream::Stage;
 
 use super::Runner;
-use crate::codec::{Codec, CodecError};
-
-/// How a stage reads a message's value: decoded as the record type it asks for.
-pub(super) struct Decoding<'a> {
-    pub(super) codec: &'a Codec,
-    pub(super) payload: &'a [u8],
-}
-
-impl ReadRecord for Decoding<'_> {
-    type Error = CodecError;
-
-    fn read<T: Record + DeserializeOwned>(self) -> Result<T, CodecError> {
-        let record: T = self.codec.decode(self.payload)?;
-        record.check().map_err(|e| CodecError::Decode(e.0))?;
-        Ok(record)
-    }
-}
 
 /// The record a bad input becomes on `dead-letters`.
 #[derive(Serialize)]

@@ -12,9 +12,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 use vigil_stream::Stage;
 
-use super::decoding::Decoding;
 use super::Runner;
-use crate::codec::CodecError;
+use crate::codec::{CodecError, Decoding};
 use crate::core::{Emitted, Handling, Incoming, Slot};
 use crate::inputs;
 use crate::marker_headers;
@@ -136,7 +135,7 @@ impl<S: Stage + Clone> Runner<S> {
             None => {
                 let stage = self.core.stage();
                 let input = inputs::declared(self.core.inputs(), slot.0);
-                match stage.read(input, Decoding { codec: self.core.encoder(), payload }) {
+                match stage.read(input, Decoding::new(self.core.encoder(), payload)) {
                     Ok(record) => Incoming::Record { event_ts: stage.event_time(&record), record },
                     Err(CodecError::Decode(reason)) => {
                         undecodable = Some(reason);
