@@ -109,6 +109,8 @@ fn run(args: Args) -> Result<ExitCode> {
     );
     let counts: Vec<String> = writer.counts().iter().map(|(tag, n)| format!("{tag} {n}")).collect();
     eprintln!("vigil: out: {}", counts.join(", "));
+    let by_source: Vec<String> = stats.read_by_source.iter().map(|(s, n)| format!("{} {n}", s.name())).collect();
+    eprintln!("vigil: read: {}", by_source.join(", "));
     eprintln!("vigil: ledger: {}", stats.ledger);
     if let Some(dir) = &args.output {
         eprintln!("vigil: one NDJSON file per output topic in {}", dir.display());

@@ -79,6 +79,7 @@ fn a_dataset_folder_with_bad_lines_runs_to_the_end_and_counts_them() {
     assert!(dead.iter().any(|l| l.contains("unknown variant `boom`")));
     assert!(dead.iter().any(|l| l.contains(r#""line": "not json at all""#)));
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ENRICHED>")).count(), 1);
+    assert!(text(&out.stderr).contains("read: orders 2, payments 3, devices 1"), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("ledger: read 6 = on time 2 + late 0 + dead letters 4: balanced"));
 }
 

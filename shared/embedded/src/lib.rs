@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use vigil_ingest::{Line, MergedInput};
 use vigil_model::topology::{Topic, DEAD_LETTERS};
-use vigil_model::{Config, Printed};
+use vigil_model::{Config, InputRecord, Printed, Source};
 use vigil_stream::Ledger;
 
 pub use crate::runtime::{Embedded, EmbeddedRuntime};
@@ -22,6 +22,8 @@ pub use crate::runtime::{Embedded, EmbeddedRuntime};
 pub struct RunStats {
     /// Every input record by what became of it.
     pub ledger: Ledger,
+    /// Lines read of each input stream, dead letters included.
+    pub read_by_source: [(Source, u64); 3],
     pub elapsed: Duration,
 }
 
@@ -58,10 +60,22 @@ pub fn run<P: Embedded>(
     const PROGRESS_EVERY: u64 = 1 << 18;
     let started = Instant::now();
     let mut runtime = EmbeddedRuntime::new(pipeline, config).map_err(io::Error::other)?;
+    let mut read_by_source = Source::ALL.map(|s| (s, 0));
     for (n, line) in input.enumerate() {
-        match line? {
-            Line::Record(r) => runtime.process(r),
-            Line::Dead(d) => runtime.dead_letter(d),
+        let source = match line? {
+            Line::Record(r) => {
+                let source = source_of(&r);
+                runtime.process(r);
+                Some(source)
+            }
+            Line::Dead(d) => {
+                let source = Source::from_name(&d.source);
+                runtime.dead_letter(d);
+                source
+            }
+        };
+        if let Some(s) = source {
+            read_by_source[s as usize].1 += 1;
         }
         runtime.emit_outputs(&mut emit)?;
         if (n as u64 + 1).is_multiple_of(PROGRESS_EVERY) {
@@ -70,5 +84,13 @@ pub fn run<P: Embedded>(
     }
     runtime.finish();
     runtime.emit_outputs(&mut emit)?;
-    Ok(RunStats { ledger: runtime.ledger(), elapsed: started.elapsed() })
+    Ok(RunStats { ledger: runtime.ledger(), read_by_source, elapsed: started.elapsed() })
+}
+
+fn source_of(record: &InputRecord) -> Source {
+    match record {
+        InputRecord::Order(_) => Source::Orders,
+        InputRecord::Payment(_) => Source::Payments,
+        InputRecord::Device(_) => Source::Devices,
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use vigil_model::topology::Topic;
+use vigil_model::topology::{Topic, DEAD_LETTERS};
 use vigil_model::Printed;
 
 /// One record for the outputs: its topic (which gives its tag) and the record.
@@ -101,11 +101,14 @@ impl OutputWriter {
         Ok(())
     }
 
-    /// How many records of each tag were written, in the topics' order (a tag that
-    /// several topics share counts them together).
+    /// How many records of each tag were written: the results in the topics' order,
+    /// then the late side outputs, then the dead letters (a tag that several topics
+    /// share counts them together).
     pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        let mut topics: Vec<&PrintedTopic> = self.topics.iter().collect();
+        topics.sort_by_key(|p| (p.topic.is(&DEAD_LETTERS), p.topic.late));
         let mut counts: Vec<(&'static str, u64)> = Vec::new();
-        for p in &self.topics {
+        for p in topics {
             match counts.iter_mut().find(|(tag, _)| *tag == p.tag) {
                 Some((_, n)) => *n += p.count,
                 None => counts.push((p.tag, p.count)),
