@@ -33,7 +33,6 @@
 pub mod commit;
 pub mod commit_policy;
 pub mod driver;
-
 pub mod flow;
 pub mod idle_check;
 pub mod idleness;
