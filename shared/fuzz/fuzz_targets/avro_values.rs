@@ -1,21 +1,20 @@
-//! Any bytes as a record value on each stage's input topics, decoded as the stage
-//! decodes them, against a real schema registry (VIGIL_SCHEMA_REGISTRY_URL, with
-//! Vigil's schemas registered; scripts/fuzz.sh sets it up). The first byte picks the
-//! framing: raw bytes as they came, or the rest behind a Confluent header carrying the
-//! id of one of Vigil's schemas, so the fuzzer reaches the Avro datum decoder at once.
+//! Any bytes as a record value on every input topic of every stage of the seed
+//! pipeline, read as the Kafka runtime reads a message (`codec::Decoding`: decoded as
+//! the record type the stage asks for, then checked against its rules), against a
+//! real schema registry (VIGIL_SCHEMA_REGISTRY_URL; scripts/fuzz.sh sets it up, and
+//! the pipeline's schemas are registered here). The first byte picks the framing: raw
+//! bytes as they came, or the rest behind a Confluent header carrying the id of one
+//! of the pipeline's schemas, so the fuzzer reaches the Avro datum decoder at once.
 //! A value is a record or a decode error (a dead letter); never a panic, and never a
-//! "registry unreachable" error (that would make the service retry it for ever).
+//! "registry unreachable" error (that would make the member retry it for ever).
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use vigil_kafka::codec::{Codec, CodecError};
-use vigil_kafka::service::Service;
-use vigil_kafka::stages::{
-    DeviceAnalyticsService, DeviceRouterService, HealthMonitorService, JoinEnrichService, PaymentAnomaliesService,
-    PaymentMetricsService,
-};
+use vigil_kafka::codec::{Codec, CodecError, Decoding};
+use vigil_operators::SeedPipeline;
+use vigil_stream::{Pipeline, Stage, StageVisitor};
 
 struct Registry {
     codec: Codec,
@@ -27,34 +26,40 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let url = std::env::var("VIGIL_SCHEMA_REGISTRY_URL").expect("set VIGIL_SCHEMA_REGISTRY_URL (scripts/fuzz.sh)");
         let codec = Codec::new(&url).expect("a codec");
-        let schema_ids = codec.register_all().expect("Vigil's schemas registered").into_iter().map(|(_, id)| id).collect();
+        let topics = SeedPipeline::default().topology().topics();
+        let registered = codec.register(&topics).expect("the pipeline's schemas registered");
+        let schema_ids = registered.into_iter().map(|(_, id)| id).collect();
         Registry { codec, schema_ids }
     })
 }
 
-fn decode_as<S: Service>(service: S, value: &[u8]) {
-    for (topic, _) in service.spec().inputs {
-        if let Err(CodecError::Registry { reason, .. }) = service.decode(&registry().codec, *topic, value) {
-            panic!("bad bytes on {} taken for a registry fault: {reason}", topic.name);
+/// Reads one value on each input of each stage it visits.
+struct ReadEverywhere<'a> {
+    codec: &'a Codec,
+    value: &'a [u8],
+}
+
+impl StageVisitor for ReadEverywhere<'_> {
+    fn visit<S: Stage + Clone>(&mut self, stage: &S) {
+        let topology = stage.topology();
+        for (input, (topic, _)) in topology.inputs.iter().enumerate() {
+            if let Err(CodecError::Registry { reason, .. }) = stage.read(input, Decoding::new(self.codec, self.value)) {
+                panic!("bad bytes on `{}` (stage {}) taken for a registry fault: {reason}", topic.name, topology.name);
+            }
         }
     }
 }
 
 fuzz_target!(|data: &[u8]| {
     let Some((&framing, rest)) = data.split_first() else { return };
-    let ids = &registry().schema_ids;
+    let Registry { codec, schema_ids } = registry();
     let framed;
-    let value = match usize::from(framing) % (ids.len() + 1) {
+    let value = match usize::from(framing) % (schema_ids.len() + 1) {
         0 => rest,
         i => {
-            framed = [&[0u8][..], &ids[i - 1].to_be_bytes(), rest].concat();
+            framed = [&[0u8][..], &schema_ids[i - 1].to_be_bytes(), rest].concat();
             &framed
         }
     };
-    decode_as(JoinEnrichService, value);
-    decode_as(PaymentMetricsService, value);
-    decode_as(PaymentAnomaliesService, value);
-    decode_as(DeviceRouterService, value);
-    decode_as(DeviceAnalyticsService, value);
-    decode_as(HealthMonitorService, value);
+    SeedPipeline::default().visit_stages(&mut ReadEverywhere { codec, value });
 });

@@ -6,13 +6,12 @@
 use std::io::Cursor;
 
 use libfuzzer_sys::fuzz_target;
+use vigil_ingest::{Line, StreamReader};
 use vigil_model::Source;
-use vigil_pipeline::ingest::{Line, StreamReader};
 
 fuzz_target!(|content: &[u8]| {
     let lines = content.split(|&b| b == b'\n');
-    let non_blank =
-        lines.filter(|l| !l.strip_suffix(b"\r").unwrap_or(l).iter().all(u8::is_ascii_whitespace)).count();
+    let non_blank = lines.filter(|l| !l.strip_suffix(b"\r").unwrap_or(l).iter().all(u8::is_ascii_whitespace)).count();
     for source in Source::ALL {
         let mut reader = StreamReader::from_reader(source, Cursor::new(content.to_vec()));
         let mut read = 0;
