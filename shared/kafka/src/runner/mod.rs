@@ -13,13 +13,13 @@
 //! `election`), and a fenced leader steps back to standby.
 //!
 //! The runner's parts, one a file: its Kafka clients (`clients`), the group's
-//! assignments and restores (`assignment`), reading and producing (`input`),
-//! decoding and dead letters (`decoding`), idle and stuck partitions
-//! (`idleness`), and the transaction (`transaction`).
+//! assignments and restores (`assignment`), reading and producing (`input`), what
+//! cannot be read (`dead_letters`), idle and stuck partitions (`idleness`), and the
+//! transaction (`transaction`).
 
 mod assignment;
 mod clients;
-mod decoding;
+mod dead_letters;
 mod idleness;
 mod input;
 mod transaction;
