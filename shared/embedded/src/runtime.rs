@@ -14,8 +14,10 @@
 //! write it, and every reader of that topic goes by it.
 //!
 //! The stages are held as the pipeline lists them, each with its own types
-//! ([`Chain`]): a record reaches the stage that reads it without a virtual call, and
-//! the compiler sees the whole path from the writer to the readers.
+//! ([`Chain`]), and a record goes down the list to the stages that read its topic.
+//! A stage's topology is a constant and a topic a `static`, so the compiler decides
+//! at each write which stages read it: no lookup, no virtual call, and the whole
+//! path from the writer to its readers in view.
 //!
 //! [`SourceClock`]: vigil_stream::source_clock::SourceClock
 
@@ -52,8 +54,11 @@ impl<S: Stage + Clone + Default, Rest: Embedded> Embedded for (S, Rest) {
 /// The stages' tasks, listed as the pipeline lists its stages: each stage reaches the
 /// ones after it (those downstream) through the rest of the list.
 pub trait Chain {
-    /// A record for input `input` of stage `stage`, written under `key`.
-    fn deliver<T: Record>(&mut self, stage: usize, input: usize, key: &str, record: T, routes: &mut Routes);
+    /// A record written to `topic` under `key`: to every stage of the list that reads
+    /// the topic, in the list's order.
+    fn deliver<T: Record>(&mut self, topic: &'static Topic, key: &str, record: T, routes: &mut Routes);
+    /// Whether a stage of the list reads `topic`.
+    fn reads(&self, topic: &'static Topic) -> bool;
     /// The watermark of input `input` of stage `stage` moved.
     fn on_watermark(&mut self, stage: usize, input: usize, watermark: Millis, routes: &mut Routes);
     /// The source inputs ended.
@@ -63,8 +68,12 @@ pub trait Chain {
 }
 
 impl Chain for () {
-    fn deliver<T: Record>(&mut self, stage: usize, _: usize, _: &str, _: T, _: &mut Routes) {
-        unreachable!("stage {stage} is not in the pipeline")
+    #[inline(always)]
+    fn deliver<T: Record>(&mut self, _: &'static Topic, _: &str, _: T, _: &mut Routes) {}
+
+    #[inline(always)]
+    fn reads(&self, _: &'static Topic) -> bool {
+        false
     }
 
     fn on_watermark(&mut self, stage: usize, _: usize, _: Millis, _: &mut Routes) {
@@ -77,13 +86,23 @@ impl Chain for () {
 }
 
 impl<S: Stage, Rest: Chain> Chain for (StageTasks<S>, Rest) {
-    #[inline]
-    fn deliver<T: Record>(&mut self, stage: usize, input: usize, key: &str, record: T, routes: &mut Routes) {
-        if stage != self.0.index() {
-            return self.1.deliver(stage, input, key, record, routes);
-        }
+    #[inline(always)]
+    fn deliver<T: Record>(&mut self, topic: &'static Topic, key: &str, record: T, routes: &mut Routes) {
+        let Some(input) = self.0.input_of(topic) else {
+            return self.1.deliver(topic, key, record, routes);
+        };
+        // The last reader takes the record itself, the others a copy.
+        let later = self.1.reads(topic).then(|| record.clone());
         let watermark = self.0.on_record(input, key, record, &mut self.1, routes);
-        routes.pass_on(stage, watermark, &mut self.1);
+        routes.pass_on(self.0.index(), watermark, &mut self.1);
+        if let Some(record) = later {
+            self.1.deliver(topic, key, record, routes);
+        }
+    }
+
+    #[inline(always)]
+    fn reads(&self, topic: &'static Topic) -> bool {
+        self.0.input_of(topic).is_some() || self.1.reads(topic)
     }
 
     fn on_watermark(&mut self, stage: usize, input: usize, watermark: Millis, routes: &mut Routes) {
@@ -113,13 +132,9 @@ pub struct EmbeddedRuntime<P: Embedded> {
     routes: Routes,
 }
 
-/// Where records and watermarks go between the stages, and what goes to the
-/// outputs.
+/// Where watermarks go between the stages (records find their readers through the
+/// [`Chain`]), and what goes to the outputs.
 pub struct Routes {
-    /// The topics users write, each with the stages that read it.
-    sources: Vec<Route>,
-    /// Per stage, the topics it writes, each with the stages that read it.
-    outputs: Vec<Vec<Route>>,
     /// The topics that carry watermarks between stages.
     watermarked: Vec<Watermarked>,
     /// Per stage: its output watermark as last passed on, and the watermarked
@@ -130,12 +145,7 @@ pub struct Routes {
     dead_letters: u64,
 }
 
-/// A topic and the inputs of the stages that read it.
-struct Route {
-    topic: &'static Topic,
-    readers: Vec<Reader>,
-}
-
+/// An input of a stage.
 #[derive(Debug, Clone, Copy)]
 struct Reader {
     stage: usize,
@@ -198,23 +208,14 @@ impl<P: Embedded> EmbeddedRuntime<P> {
         ledger
     }
 
+    #[inline(always)]
     fn write_source<T: Record>(&mut self, topic: &'static Topic, record: T) {
-        let Some(route) = self.routes.sources.iter().position(|r| r.topic.is(topic)) else { return };
-        let Some(last) = self.routes.sources[route].readers.len().checked_sub(1) else { return };
-        for i in 0..last {
-            let Reader { stage, input } = self.routes.sources[route].readers[i];
-            self.tasks.deliver(stage, input, "", record.clone(), &mut self.routes);
-        }
-        let Reader { stage, input } = self.routes.sources[route].readers[last];
-        self.tasks.deliver(stage, input, "", record, &mut self.routes);
+        self.tasks.deliver(topic, "", record, &mut self.routes);
     }
 }
 
 impl Routes {
     fn new(topology: &Topology) -> Self {
-        let route = |topic: &'static Topic| Route { topic, readers: readers(topology, topic) };
-        let sources = topology.topics().into_iter().filter(|t| t.external).map(route).collect();
-        let outputs = topology.stages.iter().map(|s| s.outputs.iter().map(|&t| route(t)).collect()).collect();
         let mut watermarked: Vec<(&'static Topic, Watermarked)> = Vec::new();
         let mut carries = vec![Vec::new(); topology.stages.len()];
         for (s, stage) in topology.stages.iter().enumerate() {
@@ -233,8 +234,6 @@ impl Routes {
             }
         }
         Routes {
-            sources,
-            outputs,
             watermarked: watermarked.into_iter().map(|(_, w)| w).collect(),
             sent: vec![NO_WATERMARK; topology.stages.len()],
             carries,
@@ -243,35 +242,24 @@ impl Routes {
         }
     }
 
-    /// A record stage `from` wrote to `topic` under `key`: to the outputs if the
-    /// topic has a tag, and to every reader, all of which are downstream.
-    #[inline]
+    /// A record a stage wrote to `topic` under `key`: to the outputs if the topic has
+    /// a tag, and to every reader, all of which are `downstream`.
+    #[inline(always)]
     pub(crate) fn write<T: Record, D: Chain>(
         &mut self,
-        from: usize,
         topic: &'static Topic,
         key: &str,
         record: T,
         downstream: &mut D,
     ) {
-        let Some(route) = self.outputs[from].iter().position(|r| r.topic.is(topic)) else {
-            panic!("a stage wrote to `{}`, which its topology does not list among its outputs", topic.name)
-        };
-        let readers = self.outputs[from][route].readers.len();
         if topic.tag.is_some() {
-            if readers == 0 {
+            if !downstream.reads(topic) {
                 self.emitted.push((topic, record.into_printed()));
                 return;
             }
             self.emitted.push((topic, record.clone().into_printed()));
         }
-        let Some(last) = readers.checked_sub(1) else { return };
-        for i in 0..last {
-            let Reader { stage, input } = self.outputs[from][route].readers[i];
-            downstream.deliver(stage, input, key, record.clone(), self);
-        }
-        let Reader { stage, input } = self.outputs[from][route].readers[last];
-        downstream.deliver(stage, input, key, record, self);
+        downstream.deliver(topic, key, record, self);
     }
 
     /// Passes stage `s`'s output watermark on to the readers of the topics it

@@ -5,7 +5,7 @@
 use std::any::TypeId;
 use std::mem::ManuallyDrop;
 
-use vigil_model::topology::{Bound, EventTime, StageTopology, Topic};
+use vigil_model::topology::{Bound, EventTime, Topic};
 use vigil_model::{Config, Millis, Record, Text};
 use vigil_stream::partition::Partitioner;
 use vigil_stream::source_clock::{Idleness, Moved, SourceClock};
@@ -16,14 +16,16 @@ use vigil_stream::{Ledger, Operator, ReadRecord, Stage, Task, WriteRecord};
 use crate::runtime::{Chain, Routes};
 
 pub struct StageTasks<S: Stage> {
+    /// Its definition; its topology is a constant, read where it is needed so the
+    /// compiler sees it.
     stage: S,
-    topology: StageTopology,
     /// Its place in the runtime's list.
     index: usize,
     partitioner: Partitioner,
     tasks: Vec<Task<S::Op>>,
-    /// Each task's output watermark as of its last call.
+    /// Each task's output watermark as of its last call, and their minimum.
     forwarded: Vec<Millis>,
+    forwarded_min: Millis,
     /// Per input, how far its event time is.
     inputs: Vec<InputTime>,
     /// What the operator emitted, kept between calls for its capacity.
@@ -54,8 +56,8 @@ impl<S: Stage> StageTasks<S> {
         StageTasks {
             tasks: (0..tasks).map(|_| Task::new(stage.operator(config))).collect(),
             forwarded: vec![NO_WATERMARK; tasks as usize],
+            forwarded_min: NO_WATERMARK,
             stage,
-            topology,
             index,
             partitioner: Partitioner::new(partitions),
             inputs,
@@ -64,12 +66,20 @@ impl<S: Stage> StageTasks<S> {
     }
 
     /// Its place in the pipeline.
+    #[inline(always)]
     pub(crate) fn index(&self) -> usize {
         self.index
     }
 
+    /// Which of its inputs `topic` is, if it reads it. The topology is a constant
+    /// and the topic a `static`: where both are known, this is too.
+    #[inline(always)]
+    pub(crate) fn input_of(&self, topic: &'static Topic) -> Option<usize> {
+        self.stage.topology().inputs.iter().position(|(t, _)| t.is(topic))
+    }
+
     fn task_of(&self, partition: u32) -> usize {
-        if self.topology.global {
+        if self.stage.topology().global {
             0
         } else {
             partition as usize
@@ -95,22 +105,28 @@ impl<S: Stage> StageTasks<S> {
     /// stage that carries no watermark downstream says nothing).
     #[inline]
     fn output_watermark(&mut self, t: usize) -> Millis {
-        if self.topology.watermarked.is_empty() {
+        if self.stage.topology().watermarked.is_empty() {
             return NO_WATERMARK;
         }
-        self.forwarded[t] = self.tasks[t].operator.output_watermark();
-        self.forwarded.iter().copied().min().unwrap_or(NO_WATERMARK)
+        // Most records move no watermark, and so not the minimum.
+        let watermark = self.tasks[t].operator.output_watermark();
+        if watermark != self.forwarded[t] {
+            self.forwarded[t] = watermark;
+            self.forwarded_min = self.forwarded.iter().copied().min().unwrap_or(NO_WATERMARK);
+        }
+        self.forwarded_min
     }
 
     /// The same, every task's brought up to date.
     fn output_watermark_all(&mut self) -> Millis {
-        if self.topology.watermarked.is_empty() {
+        if self.stage.topology().watermarked.is_empty() {
             return NO_WATERMARK;
         }
         for (forwarded, task) in self.forwarded.iter_mut().zip(&self.tasks) {
             *forwarded = task.operator.output_watermark();
         }
-        self.forwarded.iter().copied().min().unwrap_or(NO_WATERMARK)
+        self.forwarded_min = self.forwarded.iter().copied().min().unwrap_or(NO_WATERMARK);
+        self.forwarded_min
     }
 
     /// The minimum over task `t`'s input partitions.
@@ -119,7 +135,9 @@ impl<S: Stage> StageTasks<S> {
         let mut watermark = Millis::MAX;
         for input in &self.inputs {
             watermark = watermark.min(match input {
-                InputTime::Source(clock) if self.topology.global => clock.watermarks().min().unwrap_or(NO_WATERMARK),
+                InputTime::Source(clock) if self.stage.topology().global => {
+                    clock.watermarks().min().unwrap_or(NO_WATERMARK)
+                }
                 InputTime::Source(clock) => clock.watermark(t),
                 InputTime::Upstream(upstream) => *upstream,
             });
@@ -129,7 +147,7 @@ impl<S: Stage> StageTasks<S> {
 
     /// Writes what task `t` emitted; `of_record`: it came of one input record, which
     /// the task's ledger counts on time or late by where its outputs went.
-    #[inline]
+    #[inline(always)]
     fn write_out<D: Chain>(&mut self, t: usize, of_record: bool, downstream: &mut D, routes: &mut Routes) {
         // Most calls find nothing to write.
         if self.out.is_empty() {
@@ -145,7 +163,7 @@ impl<S: Stage> StageTasks<S> {
         let mut late = false;
         let written = self.out.len() as u64;
         for output in self.out.drain(..) {
-            let to = Writer { downstream: &mut *downstream, routes: &mut *routes, from: self.index, late: &mut late };
+            let to = Writer { downstream: &mut *downstream, routes: &mut *routes, stage: &self.stage, late: &mut late };
             self.stage.write(output, to);
         }
         let ledger = &mut self.tasks[t].ledger;
@@ -169,8 +187,8 @@ impl<S: Stage> StageTasks<S> {
         routes: &mut Routes,
     ) -> Millis {
         let Ok(record) = self.stage.read(input, Given(record));
-        let source = matches!(self.inputs[input], InputTime::Source(_));
-        let partition = match (source, self.topology.global) {
+        let source = matches!(self.stage.topology().inputs[input].1, EventTime::Source(_));
+        let partition = match (source, self.stage.topology().global) {
             (true, _) => self.partitioner.partition(self.stage.partition_key(&record).as_bytes()),
             (false, true) => 0,
             (false, false) => self.partitioner.partition(key.as_bytes()),
@@ -182,7 +200,7 @@ impl<S: Stage> StageTasks<S> {
         // Judged against the watermark from before it, then counted in it.
         if let (InputTime::Source(clock), Some(ts)) = (&mut self.inputs[input], event_ts) {
             match clock.observe(partition as usize, ts) {
-                Moved::Partition(p) if !self.topology.global => self.advance_task(p, downstream, routes),
+                Moved::Partition(p) if !self.stage.topology().global => self.advance_task(p, downstream, routes),
                 _ => {
                     self.advance(downstream, routes);
                     return self.output_watermark_all();
@@ -235,21 +253,25 @@ enum InputTime {
 }
 
 /// Where a stage's outputs go: to the stages downstream that read them.
-struct Writer<'a, D> {
+struct Writer<'a, S, D> {
     downstream: &'a mut D,
     routes: &'a mut Routes,
-    from: usize,
+    stage: &'a S,
     /// Set when an output goes to a late side output.
     late: &'a mut bool,
 }
 
-impl<D: Chain> WriteRecord for Writer<'_, D> {
+impl<S: Stage, D: Chain> WriteRecord for Writer<'_, S, D> {
     type Written = ();
 
-    #[inline]
+    #[inline(always)]
     fn write<T: Record>(self, topic: &'static Topic, key: Text, record: T) {
+        // Known where the stage's write is inlined, as the topology is a constant.
+        if !self.stage.topology().outputs.iter().any(|t| t.is(topic)) {
+            panic!("a stage wrote to `{}`, which its topology does not list among its outputs", topic.name);
+        }
         *self.late |= topic.late;
-        self.routes.write(self.from, topic, &key, record, self.downstream);
+        self.routes.write(topic, &key, record, self.downstream);
     }
 }
 

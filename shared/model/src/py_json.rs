@@ -200,8 +200,9 @@ impl<'a> ser::Serializer for Writer<'a> {
     type SerializeStruct = Fields<'a>;
     type SerializeStructVariant = Impossible<(), Unsupported>;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Result<(), Unsupported> {
-        self.out.extend_from_slice(if v { b"true" } else { b"false" });
+        put(self.out, if v { b"true" } else { b"false" });
         Ok(())
     }
     fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
@@ -213,8 +214,9 @@ impl<'a> ser::Serializer for Writer<'a> {
     fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
         self.serialize_i64(v.into())
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
-        CompactFormatter.write_i64(self.out, v).expect("writing to a Vec");
+        put(self.out, itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
@@ -226,8 +228,9 @@ impl<'a> ser::Serializer for Writer<'a> {
     fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
         self.serialize_u64(v.into())
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
-        CompactFormatter.write_u64(self.out, v).expect("writing to a Vec");
+        put(self.out, itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_f32(self, v: f32) -> Result<(), Unsupported> {
