@@ -6,29 +6,22 @@
 # 1. Throughput: the planted dataset plus SCALE thousand events (default 1000, about
 #    a million) and end-of-input markers pre-loaded onto the input topics, then the six
 #    services started together; the figure is input events over the time from their
-#    start until every service has read the end of its input, i.e. everything was
-#    processed and committed. With the CPU seconds each service and the broker spent
-#    meanwhile. Twice: keyed as the stages join, then unkeyed (the cost of the
-#    repartition path). Each on a broker warmed first by the same pipeline over planted
-#    + WARM_SCALE thousand events (default 300; 0 measures the new broker), its topics
-#    then deleted and made again: a new JVM spends about 8 of its first 20 CPU seconds
-#    compiling (its C1/C2 threads), which a broker in service has long done. The raw
-#    perf tools (3.) run on the warm broker too.
+#    start until every service has read the end of its input (everything processed
+#    and committed), with the CPU seconds each service and the broker spent. Twice:
+#    keyed as the stages join, then unkeyed (the cost of the repartition path). Each
+#    on a broker warmed first by the same pipeline over planted + WARM_SCALE thousand
+#    events (default 300; 0 measures a new broker): a new JVM spends much of its first
+#    CPU seconds compiling, which a broker in service has long done.
 # 2. Latency: a fresh stack, normal traffic at RATE events/s (default 2000); after
-#    WARMUP seconds of it (default 60: past the first seconds of a new stage, when its
-#    tasks may wait up to `idle_wall_clock_ms` for a partition without records to be
-#    judged idle, and past the new broker's compiling: after 15 s of traffic it still
-#    spent 11 of its 37 CPU seconds in its C2 compiler threads while the probe
-#    measured, after 60 s 2.4 of 28, and the p99s halved), for SECONDS (default 30),
-#    p50/p99 from an input record's production to its output becoming readable under
-#    read_committed (see
-#    shared/kafka/examples/latency_probe.rs; it also measures the amount rule's
+#    WARMUP seconds of it (default 60: past a new stage's first idle judgements and
+#    the new broker's compiling), for SECONDS (default 30), p50/p99 from an input
+#    record's production to its output becoming readable under read_committed
+#    (shared/kafka/examples/latency_probe.rs; it also measures the amount rule's
 #    event-time wait apart, and how much of each hop's tail was produced just before
-#    one of the broker's collector pauses). The CPU seconds every process spent meanwhile. Then where
-#    the time goes in join-enrich, the device router and payment-anomalies over the
-#    same SECONDS, from their vigil_record_hop_seconds histograms: queued in Kafka
-#    before the read, processing, from the read until the commit (p50 and p99 as
-#    bucket upper bounds). WARMUP=0 measures from the start.
+#    one of the broker's collector pauses). The CPU seconds every process spent
+#    meanwhile, and where the time goes in join-enrich, the device router and
+#    payment-anomalies from their vigil_record_hop_seconds histograms (queued in
+#    Kafka, processing, read to commit). WARMUP=0 measures from the start.
 # 3. The raw broker on the same machine in the same run: Kafka's own producer and
 #    consumer perf tools, one million 100-byte records.
 # 4. Start-up: with the planted dataset plus 10 thousand events waiting on the input
@@ -39,11 +32,10 @@
 #    monitor runs first, so the broker's own first-transaction set-up is not counted.)
 #
 # The broker runs with the JVM arguments Kafka's documentation gives as typical for
-# production ("Java Version": a 6 GiB G1 heap) and a 4 GiB young generation, not the
-# local stack's 512 MiB development heap. The broker allocates over 100 MiB/s; in the
-# small heap it stops to collect more than once a second, with a 4 GiB young
-# generation about once in 30 s, and most of a hop's tail was records produced just
-# before such a stop (README, Performance, "The broker as Kafka's documentation runs it").
+# production (a 6 GiB G1 heap) and a 4 GiB young generation, not the local stack's
+# 512 MiB development heap: in the small heap it stops to collect far more often, and
+# a hop's tail follows those stops (docs/decisions.md, "The broker as Kafka's
+# documentation runs it").
 #
 # Env: PARTS (default "throughput latency raw startup") runs only those parts; KEYS (default
 # "join none") the keyings of the throughput part; SIGMA the amount rule's multiplier

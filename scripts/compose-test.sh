@@ -60,7 +60,8 @@ compose up -d --scale "taskmanager=$TASKMANAGERS" --scale generator=0
 
 # The planted input comes only once the stages have judged their empty source
 # partitions idle, as when a user produces a while after `up`: input that resumes
-# after a pause must be judged as if it had come at once (README, event time).
+# after a pause must be judged as if it had come at once (docs/kafka.md, "Idleness
+# taken back").
 idle_partitions() {
   compose logs --no-color taskmanager 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' |
     { grep -o "partition idle: .* topic=$1 partition=[0-9]*" || true; } | sed 's/.*partition=//' | sort -u | wc -l
