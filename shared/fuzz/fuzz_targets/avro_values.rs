@@ -43,7 +43,7 @@ impl StageVisitor for ReadEverywhere<'_> {
     fn visit<S: Stage + Clone>(&mut self, stage: &S) {
         let topology = stage.topology();
         for (input, (topic, _)) in topology.inputs.iter().enumerate() {
-            if let Err(CodecError::Registry { reason, .. }) = stage.read(input, Decoding::new(self.codec, self.value)) {
+            if let Err(CodecError::Registry { reason, .. }) = stage.read(input, Decoding::new(self.codec, topic, self.value)) {
                 panic!("bad bytes on `{}` (stage {}) taken for a registry fault: {reason}", topic.name, topology.name);
             }
         }

@@ -4,6 +4,7 @@
 //! target, a tool) reads it the same way.
 
 use serde::de::DeserializeOwned;
+use vigil_model::topology::Topic;
 use vigil_model::Record;
 use vigil_stream::ReadRecord;
 
@@ -13,13 +14,15 @@ use super::{Codec, CodecError};
 /// A value that is not a valid record of that type is a [`CodecError::Decode`].
 pub struct Decoding<'a> {
     codec: &'a Codec,
+    topic: &'static Topic,
     payload: &'a [u8],
 }
 
 impl<'a> Decoding<'a> {
-    /// `payload` (a message's value) to be decoded by `codec`.
-    pub fn new(codec: &'a Codec, payload: &'a [u8]) -> Self {
-        Decoding { codec, payload }
+    /// `payload`, a value of `topic`'s records (on a repartition topic, its source
+    /// topic's), to be decoded by `codec`.
+    pub fn new(codec: &'a Codec, topic: &'static Topic, payload: &'a [u8]) -> Self {
+        Decoding { codec, topic, payload }
     }
 }
 
@@ -27,7 +30,7 @@ impl ReadRecord for Decoding<'_> {
     type Error = CodecError;
 
     fn read<T: Record + DeserializeOwned>(self) -> Result<T, CodecError> {
-        let record: T = self.codec.decode(self.payload)?;
+        let record: T = self.codec.decode(self.topic, self.payload)?;
         record.check().map_err(|e| CodecError::Decode(e.0))?;
         Ok(record)
     }

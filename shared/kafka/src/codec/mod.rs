@@ -89,14 +89,6 @@ impl Codec {
         })
     }
 
-    /// Reads values of `topics` the fast way from the start (their schemas are parsed
-    /// now rather than at their first value).
-    pub fn reads(&self, topics: &[&'static Topic]) {
-        topics.iter().for_each(|&t| {
-            own(t);
-        });
-    }
-
     /// Registers the value schema of each of `topics`; returns (subject, schema id).
     pub fn register(&self, topics: &[&'static Topic]) -> Result<Vec<(String, u32)>, CodecError> {
         let mut ids = Vec::new();
@@ -167,15 +159,27 @@ impl Codec {
         Ok(unwrap_union(decoded.value))
     }
 
-    pub fn decode<T: DeserializeOwned>(&self, payload: &[u8]) -> Result<T, CodecError> {
-        if let Some(own) = schema_id(payload).and_then(|id| *self.read_ids.read().expect("read ids").get(&id)?) {
-            // What fails here fails the generic way too, which names it precisely.
-            let datum = &payload[HEADER..];
-            if let Some(Ok(value)) = own.shape.as_ref().map(|shape| avro_direct::read(shape, datum)) {
-                return Ok(value);
-            }
-            if let Ok(value) = own.reader.read_deser(&mut &datum[..]) {
-                return Ok(value);
+    /// A value of `topic`'s records as `T`. The first value under each schema id
+    /// goes the generic way, which also learns whether the id is `topic`'s own
+    /// schema; the rest of that id's values are then read straight through serde.
+    pub fn decode<T: DeserializeOwned>(&self, topic: &'static Topic, payload: &[u8]) -> Result<T, CodecError> {
+        if let Some(id) = schema_id(payload) {
+            match self.read_ids.read().expect("read ids").get(&id) {
+                Some(Some(own)) => {
+                    // What fails here fails the generic way too, which names it precisely.
+                    let datum = &payload[HEADER..];
+                    if let Some(Ok(value)) = own.shape.as_ref().map(|shape| avro_direct::read(shape, datum)) {
+                        return Ok(value);
+                    }
+                    if let Ok(value) = own.reader.read_deser(&mut &datum[..]) {
+                        return Ok(value);
+                    }
+                }
+                Some(None) => {}
+                // A new id: `decode_value` compares its schema with the ones known.
+                None => {
+                    own(topic);
+                }
             }
         }
         let value = self.decode_value(payload)?;

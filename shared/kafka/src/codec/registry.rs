@@ -57,7 +57,7 @@ pub(super) fn registry_fault(e: &SRCError) -> bool {
 mod tests {
     use apache_avro::writer::datum::GenericDatumWriter;
     use apache_avro::Schema;
-    use vigil_model::topology::PAYMENTS;
+    use vigil_model::topology::{Topic, PAYMENTS};
     use vigil_model::Payment;
 
     use super::super::{Codec, CodecError};
@@ -130,12 +130,12 @@ mod tests {
         ];
         for response in failing {
             let codec = Codec::new(&registry_answering(vec![response.clone()])).unwrap();
-            let got = codec.decode::<Payment>(&record);
+            let got = codec.decode::<Payment>(&PAYMENTS, &record);
             assert!(matches!(got, Err(CodecError::Registry { .. })), "{response:?} gave {got:?}");
         }
         let unknown = answer("404 Not Found", r#"{"message":"No content with ID '7' was found.","error_code":40403}"#);
         let codec = Codec::new(&registry_answering(vec![unknown])).unwrap();
-        assert!(matches!(codec.decode::<Payment>(&record), Err(CodecError::Decode(_))));
+        assert!(matches!(codec.decode::<Payment>(&PAYMENTS, &record), Err(CodecError::Decode(_))));
     }
 
     #[test]
@@ -144,8 +144,37 @@ mod tests {
         let failure = answer("500 Internal Server Error", r#"{"error_code":50001,"message":"storage"}"#);
         let codec = Codec::new(&registry_answering(vec![failure.clone(), failure, payments_schema()])).unwrap();
         for _ in 0..2 {
-            assert!(matches!(codec.decode::<Payment>(&record), Err(CodecError::Registry { .. })));
+            assert!(matches!(codec.decode::<Payment>(&PAYMENTS, &record), Err(CodecError::Registry { .. })));
         }
-        assert_eq!(codec.decode::<Payment>(&record).unwrap().payment_id, "pay-1");
+        assert_eq!(codec.decode::<Payment>(&PAYMENTS, &record).unwrap().payment_id, "pay-1");
+    }
+
+    /// A topic of payments under a schema of its own name, which no other test
+    /// parses: what the codec knows of it, it learnt here.
+    static PAYMENTS_ELSEWHERE: Topic = Topic::new("payments-elsewhere", "order_id", None, PAYMENTS_ELSEWHERE_SCHEMA);
+    const PAYMENTS_ELSEWHERE_SCHEMA: &str = r#"{"type": "record", "name": "Elsewhere", "namespace": "dev.vigil.test",
+        "fields": [{"name": "payment_id", "type": "string"}, {"name": "order_id", "type": "string"},
+        {"name": "paid_amount", "type": "double"}, {"name": "payment_ts", "type": "long"},
+        {"name": "method", "type": "string"}]}"#;
+
+    #[test]
+    fn after_a_topics_first_value_its_schema_id_is_read_by_the_topics_own_reader() {
+        let schema = Schema::parse_str(PAYMENTS_ELSEWHERE_SCHEMA).unwrap();
+        let body = serde_json::json!({ "schema": schema.canonical_form() }).to_string();
+        let codec = Codec::new(&registry_answering(vec![answer("200 OK", &body)])).unwrap();
+        let payment = Payment {
+            payment_id: "pay-2".into(),
+            order_id: "order-2".into(),
+            paid_amount: 3.0,
+            payment_ts: 1_700_000_000_000,
+            method: "card".into(),
+        };
+        let mut record = vec![0, 0, 0, 0, 9];
+        record.extend(GenericDatumWriter::builder(&schema).build().unwrap().write_ser_to_vec(&payment).unwrap());
+        for _ in 0..2 {
+            assert_eq!(codec.decode::<Payment>(&PAYMENTS_ELSEWHERE, &record).unwrap(), payment);
+        }
+        let reader = codec.read_ids.read().unwrap().get(&9).copied().flatten().map(|own| own.topic);
+        assert_eq!(reader, Some("payments-elsewhere"), "id 9 is read the generic way for good");
     }
 }

@@ -135,7 +135,8 @@ impl<S: Stage + Clone> Runner<S> {
             None => {
                 let stage = self.core.stage();
                 let input = inputs::declared(self.core.inputs(), slot.0);
-                match stage.read(input, Decoding::new(self.core.encoder(), payload)) {
+                let topic = stage.topology().inputs[input].0;
+                match stage.read(input, Decoding::new(self.core.encoder(), topic, payload)) {
                     Ok(record) => Incoming::Record { event_ts: stage.event_time(&record), record },
                     Err(CodecError::Decode(reason)) => {
                         undecodable = Some(reason);
