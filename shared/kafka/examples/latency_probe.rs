@@ -33,6 +33,7 @@ use vigil_kafka::codec::Codec;
 use vigil_kafka::core::markers::{self, UpstreamWatermarks};
 use vigil_kafka::marker_headers;
 use vigil_model::output::EnrichedPayment;
+use vigil_model::topology::{DEVICE_EVENTS, DEVICE_EVENTS_ONTIME, ENRICHED_PAYMENTS, PAYMENTS};
 use vigil_model::{DeviceEvent, Millis, Payment};
 use vigil_stream::watermark::NO_WATERMARK;
 
@@ -183,8 +184,8 @@ fn read_inputs(bootstrap: &str, codec: &Codec, end: Instant) -> HashMap<String, 
         let Some(created) = m.timestamp().to_millis() else { continue };
         let payload = m.payload().unwrap_or_default();
         let id = match m.topic() {
-            "payments" => codec.decode::<Payment>(payload).map(|p| p.payment_id.to_string()),
-            _ => codec.decode::<DeviceEvent>(payload).map(|d| device_key(&d)),
+            "payments" => codec.decode::<Payment>(&PAYMENTS, payload).map(|p| p.payment_id.to_string()),
+            _ => codec.decode::<DeviceEvent>(&DEVICE_EVENTS, payload).map(|d| device_key(&d)),
         };
         if let Ok(id) = id {
             produced.insert(id, created);
@@ -233,7 +234,7 @@ fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
         let payload = m.payload().unwrap_or_default();
         match m.topic() {
             "enriched-payments" => {
-                if let Ok(e) = codec.decode::<EnrichedPayment>(payload) {
+                if let Ok(e) = codec.decode::<EnrichedPayment>(&ENRICHED_PAYMENTS, payload) {
                     // An unmatched payment waits for its join window by design.
                     if !e.unmatched {
                         out.payments.push((e.payment_id.to_string(), seen));
@@ -245,7 +246,7 @@ fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
                 }
             }
             "device-events-ontime" => {
-                if let Ok(d) = codec.decode::<DeviceEvent>(payload) {
+                if let Ok(d) = codec.decode::<DeviceEvent>(&DEVICE_EVENTS_ONTIME, payload) {
                     out.devices.push((device_key(&d), seen));
                 }
             }
