@@ -340,7 +340,7 @@ fn an_idle_writer_speaks_on_the_repartition_topics_when_its_idleness_changes_its
     assert_eq!(decided.len(), PARTITIONS as usize);
     assert!(decided.iter().all(|m| m.idle), "keyed input: nobody forwards: {decided:?}");
     let said_busy = |markers: &[Marker]| markers.iter().find(|m| m.task == Some(busy as u32)).copied();
-    let first = said_busy(&decided).expect("the busy task speaks").watermark;
+    let first = said_busy(&decided).expect("the busy task writes a marker").watermark;
 
     // Its records in place move its source watermark, which an idle writer's readers
     // do not use: nothing to say, even when the shell asks idle tasks to repeat that
@@ -678,7 +678,7 @@ fn a_task_reads_no_source_record_until_every_repartition_writer_has_decided() {
     assert!(!router.core.decision_unsent(), "no commit is hurried while other tasks are still deciding");
     // Its own marker says it forwards nothing; the other three writers are silent.
     let markers = router.commit(&mut Broker::default());
-    assert_eq!(markers.len(), 1, "only the decided task speaks: {markers:?}");
+    assert_eq!(markers.len(), 1, "only the decided task writes markers: {markers:?}");
     for (offset, marker) in markers.iter().enumerate() {
         router.feed(repartition, offset as i64, Incoming::Marker(*marker));
     }

@@ -236,6 +236,6 @@ mod tests {
         assert_eq!(u.watermark(0), Some(5_000), "the silent and the undecided writer no longer hold it back");
         assert!(!u.stalled_are_idle(0), "nothing left to change");
         u.update(0, Marker::of(2, 4_000, false));
-        assert_eq!(u.watermark(0), Some(4_000), "a writer counts again once it speaks");
+        assert_eq!(u.watermark(0), Some(4_000), "a writer counts again once it writes a marker");
     }
 }
