@@ -46,8 +46,9 @@ impl<S: Stage + Clone> Runner<S> {
                 Verdict::Idle => {
                     if self.core.mark_idle(slot) {
                         info!(
-                            topic,
-                            partition, "partition idle: read to its end and silent; the watermark goes on without it"
+                            topic = %topic,
+                            partition,
+                            "partition idle: read to its end and silent; the watermark goes on without it"
                         );
                     }
                 }
