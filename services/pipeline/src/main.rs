@@ -33,7 +33,8 @@ struct Args {
     /// Also write one NDJSON file per output topic (`<topic>.ndjson`) into this folder.
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
-    /// TOML configuration file (see the README); VIGIL_<SECTION>_<KEY> variables override it.
+    /// TOML configuration file (every key: docs/configuration.md); VIGIL_<SECTION>_<KEY> variables
+    /// override it.
     #[arg(long, value_name = "FILE", env = "VIGIL_CONFIG")]
     config: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
