@@ -1,6 +1,7 @@
 //! The six stages of the seed's pipeline, each a pure [`vigil_stream::Operator`]: one
-//! module per service, the same shape in each (parameters from the configuration,
-//! `on_record`, `on_watermark`, `output_watermark`), no I/O and no Kafka.
+//! module per stage, the same shape in each (parameters from the configuration,
+//! `on_record`, `on_watermark`, `output_watermark`), no I/O and no Kafka. Their
+//! definitions, what both runtimes drive, are in [`stages`].
 
 pub mod device_analytics;
 pub mod device_router;
