@@ -76,7 +76,7 @@ impl<S: Stage + Clone> Runner<S> {
     }
 
     pub(super) fn slot_of(&self, topic: &str, partition: i32) -> Option<Slot> {
-        self.topics.iter().position(|(name, _)| name == topic).map(|i| (i, partition))
+        self.core.inputs().iter().position(|i| i.name == topic).map(|i| (i, partition))
     }
 
     /// Restores the tasks of newly assigned partitions and learns where to read from.
@@ -225,7 +225,7 @@ impl<S: Stage + Clone> Runner<S> {
     /// committed, rather than from the offset believed committed.
     pub(super) fn report_corrections(&self, corrections: &[Correction]) {
         for &Correction { slot, believed, changelog } in corrections {
-            let (topic, partition) = (&self.topics[slot.0].0, slot.1);
+            let (topic, partition) = (self.topic(slot.0), slot.1);
             warn!(
                 topic,
                 partition,
@@ -246,11 +246,11 @@ impl<S: Stage + Clone> Runner<S> {
         let deadline = Instant::now() + IO_TIMEOUT;
         let not_started = RDKafkaErrorCode::State.to_string();
         loop {
-            match self.consumer.seek(&self.topics[i].0, p, to, IO_TIMEOUT) {
+            match self.consumer.seek(self.topic(i), p, to, IO_TIMEOUT) {
                 Err(KafkaError::Seek(e)) if e == not_started && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                result => return result.with_context(|| format!("cannot seek {} [{p}]", self.topics[i].0)),
+                result => return result.with_context(|| format!("cannot seek {} [{p}]", self.topic(i))),
             }
         }
     }

@@ -40,21 +40,21 @@ impl<S: Stage + Clone> Runner<S> {
             return Ok(());
         }
         let unread = self.unread(&due);
-        for (slot, verdict) in self.idle_check.judge(now, &due, unread.as_deref()) {
-            let (topic, partition) = (&self.topics[slot.0].0, slot.1);
+        for ((input, partition), verdict) in self.idle_check.judge(now, &due, unread.as_deref()) {
             match verdict {
                 Verdict::Idle => {
-                    if self.core.mark_idle(slot) {
+                    if self.core.mark_idle((input, partition)) {
                         info!(
-                            topic = %topic,
+                            topic = %self.topic(input),
                             partition,
                             "partition idle: read to its end and silent; the watermark goes on without it"
                         );
                     }
                 }
                 Verdict::Stuck(Unread { read, waiting }) => bail!(
-                    "the consumer delivered nothing of {topic} [{partition}] for {:?} while {waiting} committed \
+                    "the consumer delivered nothing of {} [{partition}] for {:?} while {waiting} committed \
                      records wait after offset {read}: its fetch is stuck; starting over with new clients",
+                    self.topic(input),
                     self.idle_check.period() * STUCK_CHECKS,
                 ),
                 Verdict::Behind => {}
@@ -67,11 +67,13 @@ impl<S: Stage + Clone> Runner<S> {
     /// `TaskCore::resume`): each holds the watermark until it has a record, or is
     /// read to its end without a record for another period.
     pub(super) fn watch_woken(&mut self) {
-        // Called after every message: the clock is read only when there is one.
+        // Called after every message: the clock is read, and the list allocated, only
+        // when there is one.
+        let woken: Vec<Slot> = self.core.take_woken().collect();
         let mut now = None;
-        for slot in self.core.take_woken() {
+        for slot in woken {
             self.idle_check.heard(slot, *now.get_or_insert_with(Instant::now));
-            info!(topic = %self.topics[slot.0].0, partition = slot.1, "idle partition woken: its task's input resumed, and it may have records to come");
+            info!(topic = %self.topic(slot.0), partition = slot.1, "idle partition woken: its task's input resumed, and it may have records to come");
         }
     }
 
@@ -144,8 +146,7 @@ impl<S: Stage + Clone> Runner<S> {
     pub(super) fn unread(&self, slots: &[Slot]) -> Option<Vec<Unread>> {
         let ends = self.broker_offsets(slots, Offset::End)?;
         let positions = self.consumer.position().ok();
-        let consumer_position =
-            |(i, p): Slot| concrete(positions.as_ref()?.find_partition(&self.topics[i].0, p)?.offset());
+        let consumer_position = |(i, p): Slot| concrete(positions.as_ref()?.find_partition(self.topic(i), p)?.offset());
         let read: Vec<Option<i64>> =
             slots.iter().map(|&slot| consumer_position(slot).max(self.core.position(slot))).collect();
         // Nothing read yet: the partition's first offset is where reading starts.
@@ -167,11 +168,11 @@ impl<S: Stage + Clone> Runner<S> {
         }
         let mut query = TopicPartitionList::new();
         for &(i, p) in slots {
-            query.add_partition_offset(&self.topics[i].0, p, at).ok()?;
+            query.add_partition_offset(self.topic(i), p, at).ok()?;
         }
         let answer = self.consumer.offsets_for_times(query, END_OFFSET_TIMEOUT).ok()?;
         let offset = |(i, p): Slot| {
-            let element = answer.find_partition(&self.topics[i].0, p)?;
+            let element = answer.find_partition(self.topic(i), p)?;
             element.error().ok()?;
             concrete(element.offset())
         };

@@ -85,7 +85,7 @@ impl<S: Stage + Clone> Runner<S> {
                 return false;
             }
             let consumer = positions.get_or_insert_with(|| self.consumer.position().ok());
-            let position = consumer.as_ref().and_then(|p| p.find_partition(&self.topics[slot.0].0, slot.1));
+            let position = consumer.as_ref().and_then(|p| p.find_partition(self.topic(slot.0), slot.1));
             let Some(read) = position.and_then(|e| concrete(e.offset())).max(self.core.position(slot)) else {
                 return false;
             };
@@ -160,8 +160,7 @@ impl<S: Stage + Clone> Runner<S> {
             Handling::Reroute { input, partition, key } => {
                 // The record as it came, to the partition of its key in the repartition topic.
                 self.metrics.rerouted.inc();
-                let record =
-                    BaseRecord::to(&self.topics[input].0).partition(partition).key(key.as_str()).payload(payload);
+                let record = BaseRecord::to(self.topic(input)).partition(partition).key(key.as_str()).payload(payload);
                 self.send(record)?;
                 self.carries_records = true;
             }
@@ -179,7 +178,7 @@ impl<S: Stage + Clone> Runner<S> {
             }
         }
         if let Some(reason) = undecodable {
-            self.dead_letter(&self.topics[slot.0].0, p, offset, reason, payload)?;
+            self.dead_letter(self.topic(slot.0), p, offset, reason, payload)?;
             self.carries_records = true;
         }
         Ok(())
@@ -187,7 +186,7 @@ impl<S: Stage + Clone> Runner<S> {
 
     pub(super) fn pause_and_rewind(&self, slot: Slot, from: i64) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topics[slot.0].0, slot.1);
+        tpl.add_partition(self.topic(slot.0), slot.1);
         self.consumer.pause(&tpl).context("cannot pause partitions")?;
         self.seek(slot, Offset::Offset(from))
     }
@@ -199,7 +198,7 @@ impl<S: Stage + Clone> Runner<S> {
         let list = |slots: &[Slot]| {
             let mut tpl = TopicPartitionList::new();
             for &(i, p) in slots {
-                tpl.add_partition(&self.topics[i].0, p);
+                tpl.add_partition(self.topic(i), p);
             }
             tpl
         };

@@ -94,9 +94,7 @@ pub struct Runner<S: Stage> {
     /// The member reported degraded for being out of its group.
     out_of_group: bool,
     core: TaskCore<S, Codec>,
-    /// The input topics' names and record types by index, the topics that carry this
-    /// stage's watermark, and its changelog.
-    topics: Vec<(String, &'static Topic)>,
+    /// The topics that carry this stage's watermark, and its changelog.
     watermarked: Vec<&'static Topic>,
     changelog: String,
     /// Every topic the member writes: its outputs, dead letters, repartition topics
@@ -158,23 +156,21 @@ impl<S: Stage + Clone> Runner<S> {
         let producer = clients::transactional_producer(&settings)?;
         let partitions = settings.config.runtime.partitions;
         let inputs = inputs::inputs(&topology, &settings.config);
-        let topics: Vec<(String, &'static Topic)> = inputs.iter().map(|i| (i.name.clone(), i.records)).collect();
         let outputs: Vec<&'static Topic> = topology.outputs.iter().copied().chain([&DEAD_LETTERS]).collect();
         let written: Vec<String> = (outputs.iter().map(|t| t.name.to_string()))
             .chain(inputs.iter().filter(|i| i.is_repartition()).map(|i| i.name.clone()))
             .chain([topics::changelog(topology.name)])
             .collect();
-        let mut names: Vec<String> =
-            topics.iter().map(|(name, _)| name.clone()).chain(written.iter().cloned()).collect();
+        let mut names: Vec<String> = inputs.iter().map(|i| i.name.clone()).chain(written.iter().cloned()).collect();
         names.sort();
         names.dedup();
         topics::check(&consumer, &names, partitions)?;
         let codec = codec.join().expect("making the registry client does not panic")?;
         let core = TaskCore::new(stage, settings.config.clone(), codec);
         let Observers { metrics, status, loop_health } = observers;
-        let records_in = topics.iter().map(|(name, _)| metrics.records_in(name)).collect();
+        let records_in = inputs.iter().map(|i| metrics.records_in(&i.name)).collect();
         let records_out = outputs.iter().map(|t| (t.name, metrics.records_out(t.name))).collect();
-        let topic_names = topics.iter().map(|(name, _)| CString::new(name.as_str())).collect::<Result<_, _>>()?;
+        let topic_names = inputs.iter().map(|i| CString::new(i.name.as_str())).collect::<Result<_, _>>()?;
         Ok(Runner {
             topic_names,
             watermarked: topology.watermarked.to_vec(),
@@ -194,7 +190,6 @@ impl<S: Stage + Clone> Runner<S> {
             membership: Membership::default(),
             out_of_group: false,
             core,
-            topics,
             drained: false,
             caught_up: false,
             caught_up_since_commit: false,
@@ -215,6 +210,11 @@ impl<S: Stage + Clone> Runner<S> {
 
     fn name(&self) -> &'static str {
         self.core.stage().topology().name
+    }
+
+    /// The Kafka topic of input `input` (its index in the core's inputs).
+    fn topic(&self, input: usize) -> &str {
+        &self.core.inputs()[input].name
     }
 
     /// Runs until `shutdown` is set, then commits what is done and leaves the group.
@@ -238,7 +238,7 @@ impl<S: Stage + Clone> Runner<S> {
                 // The group join runs on librdkafka's threads while the producer
                 // fences its predecessor; the assignment is taken only in `process`,
                 // after that.
-                let names: Vec<&str> = self.topics.iter().map(|(name, _)| name.as_str()).collect();
+                let names: Vec<&str> = self.core.inputs().iter().map(|i| i.name.as_str()).collect();
                 self.consumer.subscribe(&names).context("cannot subscribe")?;
                 self.init_transactions()?;
                 self.set_role(Role::Active);
@@ -302,7 +302,7 @@ impl<S: Stage + Clone> Runner<S> {
         self.init_transactions()?;
         let mut tpl = TopicPartitionList::new();
         for (i, p) in self.core.all_slots() {
-            tpl.add_partition(&self.topics[i].0, p);
+            tpl.add_partition(self.topic(i), p);
         }
         self.consumer.assign(&tpl).context("cannot assign the input partitions")?;
         let all: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();

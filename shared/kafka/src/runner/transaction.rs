@@ -52,7 +52,7 @@ impl<S: Stage + Clone> Runner<S> {
         self.write_batch(&batch)?;
         let mut offsets = TopicPartitionList::new();
         for &((i, p), next) in &batch.offsets {
-            offsets.add_partition_offset(&self.topics[i].0, p, Offset::Offset(next))?;
+            offsets.add_partition_offset(self.topic(i), p, Offset::Offset(next))?;
         }
         let group = self.consumer.group_metadata().ok_or_else(|| anyhow!("the consumer has no group metadata"))?;
         let result = self.send_offsets(offsets, group).and_then(|()| {
