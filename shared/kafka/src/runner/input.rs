@@ -134,8 +134,9 @@ impl<S: Stage + Clone> Runner<S> {
             Some(marker) => Incoming::Marker(marker),
             None => {
                 let stage = self.core.stage();
+                // A repartition topic holds its source's records, read as that input's.
+                let topic = self.core.inputs()[slot.0].records;
                 let input = inputs::declared(self.core.inputs(), slot.0);
-                let topic = stage.topology().inputs[input].0;
                 match stage.read(input, Decoding::new(self.core.encoder(), topic, payload)) {
                     Ok(record) => Incoming::Record { event_ts: stage.event_time(&record), record },
                     Err(CodecError::Decode(reason)) => {
