@@ -24,10 +24,6 @@ impl Partitioner {
         Partitioner { partitions, inverse: (u64::MAX / u64::from(partitions)).wrapping_add(1) }
     }
 
-    pub fn partitions(&self) -> u32 {
-        self.partitions
-    }
-
     #[inline]
     pub fn partition(&self, key: &[u8]) -> u32 {
         let lowbits = self.inverse.wrapping_mul(u64::from(murmur2(key) & 0x7fff_ffff));
