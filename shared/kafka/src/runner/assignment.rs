@@ -13,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 use vigil_stream::Stage;
 
-use super::{Runner, IO_TIMEOUT};
+use super::{concrete, Runner, IO_TIMEOUT};
 use crate::core::{Correction, Slot};
 use crate::group::{RebalanceLog, Standing};
 use crate::restore;
@@ -93,10 +93,7 @@ impl<S: Stage + Clone> Runner<S> {
         let committed: Vec<(Slot, Option<i64>)> = offsets
             .elements()
             .iter()
-            .filter_map(|e| {
-                let offset = if let Offset::Offset(o) = e.offset() { Some(o) } else { None };
-                Some((self.slot_of(e.topic(), e.partition())?, offset))
-            })
+            .filter_map(|e| Some((self.slot_of(e.topic(), e.partition())?, concrete(e.offset()))))
             .collect();
         for &slot in &slots {
             let input = &self.core.inputs()[slot.0];

@@ -12,8 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 use vigil_stream::Stage;
 
-use super::input::concrete;
-use super::Runner;
+use super::{concrete, Runner};
 use crate::core::idle_check::{Unread, Verdict, STUCK_CHECKS};
 use crate::core::Slot;
 

@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 use vigil_stream::Stage;
 
-use super::Runner;
+use super::{concrete, Runner};
 use crate::codec::{CodecError, Decoding};
 use crate::core::{Emitted, Handling, Incoming, Slot};
 use crate::inputs;
@@ -22,15 +22,6 @@ use crate::produce;
 
 /// The most messages read in one turn of the loop (see `Runner::read_batch`).
 const POLL_BATCH: usize = 64;
-
-/// An offset the broker or the consumer gave as a number (not `Beginning`, `End`,
-/// `Invalid`...).
-pub(super) fn concrete(offset: Offset) -> Option<i64> {
-    match offset {
-        Offset::Offset(o) => Some(o),
-        _ => None,
-    }
-}
 
 impl<S: Stage + Clone> Runner<S> {
     /// Reads what the consumer has, up to `POLL_BATCH` messages, waiting for the

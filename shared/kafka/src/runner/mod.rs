@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
-use rdkafka::TopicPartitionList;
+use rdkafka::{Offset, TopicPartitionList};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tracing::{info, warn};
 use vigil_model::topology::{Topic, DEAD_LETTERS};
@@ -56,6 +56,15 @@ use crate::topics;
 
 /// How long a call to the broker may take before the member counts it failed.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An offset the broker or the consumer gave as a number (not `Beginning`, `End`,
+/// `Invalid`...).
+fn concrete(offset: Offset) -> Option<i64> {
+    match offset {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
 
 /// The producer lost its transactional id to another member (or failed for good).
 #[derive(Debug, thiserror::Error)]
