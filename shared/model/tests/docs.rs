@@ -6,12 +6,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// Packages that `cargo ... -p <name>` may name besides the workspace's own.
-const ALSO_ACCEPTED_PACKAGES: &[&str] = &[
-    // the one Kafka-side binary's package
-    "vigil",
-];
-
 const README_MAX_LINES: usize = 400;
 
 fn root() -> PathBuf {
@@ -322,9 +316,9 @@ fn cargo_packages(line: &str) -> Vec<String> {
         .collect()
 }
 
-/// The names of the packages under services/ and shared/, and the accepted others.
+/// The names of the packages under services/ and shared/.
 fn packages() -> BTreeSet<String> {
-    let mut names: BTreeSet<String> = ALSO_ACCEPTED_PACKAGES.iter().map(|s| s.to_string()).collect();
+    let mut names = BTreeSet::new();
     for dir in ["services", "shared"] {
         for entry in fs::read_dir(root().join(dir)).unwrap_or_else(|e| panic!("cannot read {dir}/: {e}")) {
             let manifest = entry.expect("a readable entry").path().join("Cargo.toml");
