@@ -23,10 +23,31 @@ use crate::jobmanager::view::{JobView, StageEntry};
 
 type Shared = State<Arc<JobManager>>;
 
+/// The dashboard's script: ES modules, one concept each, served as `/assets/{name}`
+/// and imported by `app.js` (no bundler: the browser follows the imports).
+const MODULES: [(&str, &str); 14] = [
+    ("app.js", include_str!("../../assets/app.js")),
+    ("api.js", include_str!("../../assets/api.js")),
+    ("state.js", include_str!("../../assets/state.js")),
+    ("dom.js", include_str!("../../assets/dom.js")),
+    ("format.js", include_str!("../../assets/format.js")),
+    ("model.js", include_str!("../../assets/model.js")),
+    ("layout.js", include_str!("../../assets/layout.js")),
+    ("graph.js", include_str!("../../assets/graph.js")),
+    ("stages.js", include_str!("../../assets/stages.js")),
+    ("taskmanagers.js", include_str!("../../assets/taskmanagers.js")),
+    ("checkpoints.js", include_str!("../../assets/checkpoints.js")),
+    ("header.js", include_str!("../../assets/header.js")),
+    ("summary.js", include_str!("../../assets/summary.js")),
+    ("live.js", include_str!("../../assets/live.js")),
+];
+
 pub fn router(jm: Arc<JobManager>) -> Router {
-    Router::new()
+    let modules = MODULES.iter().fold(Router::new(), |router, &(name, source)| {
+        router.route(&format!("/assets/{name}"), get(move || asset("text/javascript; charset=utf-8", source)))
+    });
+    modules
         .route("/", get(|| asset("text/html; charset=utf-8", include_str!("../../assets/index.html"))))
-        .route("/assets/app.js", get(|| asset("text/javascript; charset=utf-8", include_str!("../../assets/app.js"))))
         .route("/assets/style.css", get(|| asset("text/css; charset=utf-8", include_str!("../../assets/style.css"))))
         .route("/overview", get(|State(jm): Shared| async move { Json(api::overview(&jm.view())) }))
         .route("/config", get(|State(jm): Shared| async move { Json(api::config(&jm.view())) }))
@@ -121,6 +142,7 @@ async fn healthz(State(jm): Shared) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpStream;
 
@@ -147,6 +169,12 @@ mod tests {
     }
 
     fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+        let (status, _, body) = exchange(addr, method, path, body);
+        (status, body)
+    }
+
+    /// The answer's status, head (status line and headers) and body.
+    fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
         let mut conn = TcpStream::connect(addr).unwrap();
         write!(
             conn,
@@ -157,7 +185,41 @@ mod tests {
         let mut answer = String::new();
         conn.read_to_string(&mut answer).unwrap();
         let status = answer.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (status, answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (status, head.to_string(), body.to_string())
+    }
+
+    /// The page's script is ES modules the browser fetches one by one: the page's module,
+    /// every module it imports and every module those import are served as JavaScript,
+    /// and every module in assets/ is among them (none left out, none unused).
+    #[test]
+    fn every_module_the_page_imports_is_served() {
+        let (_, addr) = serve();
+        let (status, _, page) = exchange(&addr, "GET", "/", "");
+        assert_eq!(status, 200);
+        let src = |tag: &str| tag.split('"').next().unwrap().to_string();
+        let mut todo: Vec<String> = page.split(r#"<script type="module" src=""#).skip(1).map(src).collect();
+        assert_eq!(todo, ["/assets/app.js"], "the page loads one module, app.js");
+        let mut served = BTreeSet::new();
+        while let Some(path) = todo.pop() {
+            if !served.insert(path.clone()) {
+                continue;
+            }
+            let (status, head, source) = exchange(&addr, "GET", &path, "");
+            assert_eq!(status, 200, "{path}");
+            assert!(head.to_ascii_lowercase().contains("content-type: text/javascript"), "{path}: {head}");
+            // Imports are `import { … } from './name.js';`, relative to /assets/.
+            for import in source.split(" from './").skip(1) {
+                todo.push(format!("/assets/{}", import.split('\'').next().unwrap()));
+            }
+        }
+        let on_disk: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/assets"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".js"))
+            .map(|name| format!("/assets/{name}"))
+            .collect();
+        assert_eq!(served, on_disk);
     }
 
     #[test]
