@@ -149,9 +149,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let written = self.scratch.len() as u64;
         for output in self.scratch.drain(..) {
             match self.stage.write(output, Encoding(&self.encoder)) {
-                Ok((topic, key, value)) => {
-                    late |= topic.late;
-                    self.outputs.push(Emitted { task, topic, key, value });
+                Ok(emitted) => {
+                    late |= emitted.topic.late;
+                    self.outputs.push(emitted);
                 }
                 Err(e) => {
                     self.failed.get_or_insert(e);

@@ -100,7 +100,6 @@ pub trait Encode {
 /// An output of a task's operator, encoded: what the shell produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Emitted {
-    pub task: i32,
     pub topic: &'static Topic,
     pub key: Text,
     pub value: Vec<u8>,
@@ -151,10 +150,10 @@ pub struct TaskCore<S: Stage, E: Encode> {
 struct Encoding<'a, E>(&'a E);
 
 impl<E: Encode> WriteRecord for Encoding<'_, E> {
-    type Written = Result<(&'static Topic, Text, Vec<u8>), E::Error>;
+    type Written = Result<Emitted, E::Error>;
 
     fn write<T: Record>(self, topic: &'static Topic, key: Text, record: T) -> Self::Written {
-        Ok((topic, key, self.0.encode(topic, &record)?))
+        Ok(Emitted { topic, key, value: self.0.encode(topic, &record)? })
     }
 }
 

@@ -216,7 +216,7 @@ impl<S: Stage + Clone> Runner<S> {
         }
         self.begin()?;
         self.carries_records = true;
-        for Emitted { topic, key, value, .. } in outputs {
+        for Emitted { topic, key, value } in outputs {
             if topic.late {
                 self.metrics.late_records.inc();
             }
