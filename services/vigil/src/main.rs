@@ -59,10 +59,7 @@ fn main() -> ExitCode {
     let help = format!("Stages (each runs one member of it: `vigil STAGE --help`): {}", stages.join(", "));
     let matches = Cli::command().after_help(help).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let what = match &cli.command {
-        Command::Stage(args) => args[0].clone(),
-        other => format!("{other:?}").split(['(', ' ', '{']).next().unwrap_or("vigil").to_lowercase(),
-    };
+    let what = matches.subcommand_name().unwrap_or("vigil").to_string();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
