@@ -54,9 +54,13 @@ enum Command {
     Stage(Vec<String>),
 }
 
+/// The stages' names, upstream first: what `vigil STAGE` runs.
+fn stage_names() -> Vec<&'static str> {
+    services::seed_services().iter().map(|s| s.name()).collect()
+}
+
 fn main() -> ExitCode {
-    let stages: Vec<&str> = services::seed_services().iter().map(|s| s.name()).collect();
-    let help = format!("Stages (each runs one member of it: `vigil STAGE --help`): {}", stages.join(", "));
+    let help = format!("Stages (each runs one member of it: `vigil STAGE --help`): {}", stage_names().join(", "));
     let matches = Cli::command().after_help(help).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let what = matches.subcommand_name().unwrap_or("vigil").to_string();
@@ -98,7 +102,7 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Healthcheck { url } => admin::healthcheck::run(&url),
         Command::Stages => {
-            services::seed_services().iter().for_each(|s| println!("{}", s.name()));
+            stage_names().iter().for_each(|name| println!("{name}"));
             Ok(())
         }
         Command::Outputs => {
@@ -108,8 +112,7 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Stage(args) => {
             let Some(service) = services::by_name(&args[0]) else {
-                let known: Vec<&str> = services::seed_services().iter().map(|s| s.name()).collect();
-                bail!("`{}` is neither a stage nor a command; the stages are {}", args[0], known.join(", "));
+                bail!("`{}` is neither a stage nor a command; the stages are {}", args[0], stage_names().join(", "));
             };
             observe::init_tracing();
             vigil_kafka::cli::run_stage(service, args)

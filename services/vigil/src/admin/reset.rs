@@ -7,11 +7,7 @@ use vigil_kafka::reset::{self, Admin, Options, Plan, Recreate, DEFAULT_GROUP};
 use vigil_model::Config;
 
 use super::topology;
-
-/// The stages `reset` takes.
-fn stage_names() -> Vec<&'static str> {
-    topology().stages.iter().map(|s| s.name).collect()
-}
+use crate::stage_names;
 
 /// Make stages process their inputs again from the start (stop them first).
 ///

@@ -55,8 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|name| {
                 services::by_name(name).with_context(|| {
-                    let known: Vec<&str> = services::seed_services().iter().map(|s| s.name()).collect();
-                    format!("`{name}` is not a stage; the stages are {}", known.join(", "))
+                    format!("`{name}` is not a stage; the stages are {}", crate::stage_names().join(", "))
                 })
             })
             .collect::<anyhow::Result<_>>()?
