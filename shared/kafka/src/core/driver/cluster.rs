@@ -183,7 +183,7 @@ impl<S: Stage> Cluster<S> {
     }
 }
 
-pub fn clone_incoming<I: Clone>(incoming: &Incoming<I>) -> Incoming<I> {
+fn clone_incoming<I: Clone>(incoming: &Incoming<I>) -> Incoming<I> {
     match incoming {
         Incoming::Record { record, event_ts } => Incoming::Record { record: record.clone(), event_ts: *event_ts },
         Incoming::Marker(m) => Incoming::Marker(*m),

@@ -18,7 +18,7 @@ use vigil_stream::Stage;
 
 use super::{entry_of, CommitBatch, Correction, Emitted, Encode, Handling, Incoming, Marker, Slot, TaskCore};
 use crate::inputs::InputKind;
-pub use cluster::{clone_incoming, Cluster};
+pub use cluster::Cluster;
 
 /// The partitions of every input in the driver, as in the seed's default.
 pub const PARTITIONS: u32 = 4;
@@ -186,7 +186,7 @@ impl<S: Stage> Member<S> {
     }
 
     /// What a committed transaction leaves on the broker and delivers.
-    pub fn write_transaction(&mut self, broker: &mut Broker, repeat_idle: bool) -> CommitBatch {
+    fn write_transaction(&mut self, broker: &mut Broker, repeat_idle: bool) -> CommitBatch {
         let repeat: Option<BTreeSet<i32>> =
             repeat_idle.then(|| self.core.idle_tasks().into_iter().map(|(task, _)| task).collect());
         let mut batch = self.core.prepare_commit(repeat.as_ref());
