@@ -145,24 +145,21 @@ fn vigil_vertex(view: &JobView, s: &StageEntry) -> Value {
 /// `null` ends are external producers and readers.
 pub fn edges(view: &JobView) -> Vec<Value> {
     let mut edges = Vec::new();
-    let late = |topic: &str| view.stages.iter().flat_map(|s| s.info.outputs).any(|t| t.late && t.name == topic);
     for s in &view.stages {
         for (input, _) in s.info.inputs {
             let writers: Vec<&StageEntry> =
                 view.stages.iter().filter(|w| w.info.outputs.iter().any(|o| o.name == input.name)).collect();
             if writers.is_empty() {
-                edges.push(json!({"topic": input.name, "from": null, "to": s.vertex_id, "late": late(input.name)}));
+                edges.push(json!({"topic": input.name, "from": null, "to": s.vertex_id, "late": input.late}));
             }
             for w in writers {
-                edges.push(
-                    json!({"topic": input.name, "from": w.vertex_id, "to": s.vertex_id, "late": late(input.name)}),
-                );
+                edges.push(json!({"topic": input.name, "from": w.vertex_id, "to": s.vertex_id, "late": input.late}));
             }
         }
         for output in s.info.outputs {
             let read = view.stages.iter().any(|r| r.info.inputs.iter().any(|(i, _)| i.name == output.name));
             if !read {
-                edges.push(json!({"topic": output.name, "from": s.vertex_id, "to": null, "late": late(output.name)}));
+                edges.push(json!({"topic": output.name, "from": s.vertex_id, "to": null, "late": output.late}));
             }
         }
     }
