@@ -17,7 +17,6 @@ use vigil_stream::stage::In;
 use vigil_stream::Stage;
 
 use super::{entry_of, CommitBatch, Correction, Emitted, Encode, Handling, Incoming, Marker, Slot, TaskCore};
-use crate::inputs::InputKind;
 pub use cluster::Cluster;
 
 /// The partitions of every input in the driver, as in the seed's default.
@@ -131,7 +130,7 @@ impl<S: Stage> Member<S> {
         let tasks: Vec<i32> = self.core.tasks().collect();
         let inputs = self.core.inputs();
         (0..inputs.len())
-            .filter(|&i| matches!(inputs[i].kind, InputKind::Repartition { .. }))
+            .filter(|&i| inputs[i].is_repartition())
             .flat_map(|i| tasks.iter().map(move |&p| (i, p)))
             .collect()
     }
