@@ -115,12 +115,10 @@ fn io_metrics(s: &StageEntry) -> Value {
 fn vigil_vertex(view: &JobView, s: &StageEntry) -> Value {
     let l = s.view.ledger;
     let lag = s.lag.clone().unwrap_or_default();
-    let names =
-        |topics: &mut dyn Iterator<Item = &vigil_kafka::topics::Topic>| topics.map(|t| t.name).collect::<Vec<_>>();
     json!({
         "stage": s.info.name,
-        "inputs": names(&mut s.info.inputs.iter().map(|&(t, _)| t)),
-        "outputs": names(&mut s.info.outputs.iter().copied()),
+        "inputs": s.info.inputs.iter().map(|(t, _)| t.name).collect::<Vec<_>>(),
+        "outputs": s.info.outputs.iter().map(|t| t.name).collect::<Vec<_>>(),
         "global": s.info.global,
         "records_in_per_second": s.view.records_in_per_second,
         "records_out_per_second": s.view.records_out_per_second,
