@@ -106,60 +106,58 @@ where
     /// moved, else how many records were read (not held).
     pub fn round(&mut self, batch: usize, repeat_idle: bool) -> Option<usize> {
         let (mut progress, mut records) = (false, 0);
-        {
-            for m in 0..self.members.len() {
-                let mut rerouted = Vec::new();
-                let slots = all_slots(self.members[m].core.inputs().len());
-                let mine = slots.into_iter().filter(|&(_, p)| self.members[m].core.tasks().any(|t| t == p));
-                for slot in mine.collect::<Vec<_>>() {
-                    for _ in 0..batch {
-                        let at = *self.next.entry(slot).or_default();
-                        let Some(entry) = self.logs.get(&slot).and_then(|l| l.get(at)).map(clone_incoming) else {
-                            break;
-                        };
-                        if self.paused.contains(&slot) {
-                            break;
-                        }
-                        progress = true;
-                        self.next.insert(slot, at + 1);
-                        let incoming = clone_incoming(&entry);
-                        let member = &mut self.members[m];
-                        let routed = member.core.on_input(slot, at as i64, incoming).unwrap();
-                        let is_record = matches!(entry, Incoming::Record { .. });
-                        records += usize::from(is_record && !matches!(routed, Handling::Held { .. }));
-                        match routed {
-                            Handling::Reroute { input, partition, .. } => rerouted.push(((input, partition), entry)),
-                            Handling::Held { seek: Some(from) } => {
-                                self.paused.insert(slot);
-                                self.next.insert(slot, from as usize);
-                            }
-                            _ => {}
-                        }
-                        member.pending.extend(member.core.take_outputs().expect("every output encodes as JSON"));
+        for m in 0..self.members.len() {
+            let mut rerouted = Vec::new();
+            let slots = all_slots(self.members[m].core.inputs().len());
+            let mine = slots.into_iter().filter(|&(_, p)| self.members[m].core.tasks().any(|t| t == p));
+            for slot in mine.collect::<Vec<_>>() {
+                for _ in 0..batch {
+                    let at = *self.next.entry(slot).or_default();
+                    let Some(entry) = self.logs.get(&slot).and_then(|l| l.get(at)).map(clone_incoming) else {
+                        break;
+                    };
+                    if self.paused.contains(&slot) {
+                        break;
                     }
-                }
-                // As the shell does: a task asked a generation answers it once its
-                // source partitions are read to their end.
-                for (task, slots) in self.members[m].core.to_verify() {
-                    let end = |slot| self.logs.get(&slot).map_or(0, Vec::len);
-                    if slots.iter().all(|&slot| self.next.get(&slot).copied().unwrap_or(0) >= end(slot)) {
-                        self.members[m].core.verified(task);
-                        progress = true;
+                    progress = true;
+                    self.next.insert(slot, at + 1);
+                    let incoming = clone_incoming(&entry);
+                    let member = &mut self.members[m];
+                    let handling = member.core.on_input(slot, at as i64, incoming).unwrap();
+                    let is_record = matches!(entry, Incoming::Record { .. });
+                    records += usize::from(is_record && !matches!(handling, Handling::Held { .. }));
+                    match handling {
+                        Handling::Reroute { input, partition, .. } => rerouted.push(((input, partition), entry)),
+                        Handling::Held { seek: Some(from) } => {
+                            self.paused.insert(slot);
+                            self.next.insert(slot, from as usize);
+                        }
+                        _ => {}
                     }
+                    member.pending.extend(member.core.take_outputs().expect("every output encodes as JSON"));
                 }
-                let flow = self.members[m].core.flow();
-                self.paused.extend(flow.pause);
-                for (slot, from) in flow.rewind {
-                    self.next.insert(slot, from as usize);
-                }
-                for slot in flow.resume {
-                    progress |= self.paused.remove(&slot);
-                }
-                for (slot, entry) in rerouted {
-                    self.logs.entry(slot).or_default().push(entry);
-                }
-                progress |= self.commit(m, repeat_idle);
             }
+            // As the shell does: a task asked a generation answers it once its
+            // source partitions are read to their end.
+            for (task, slots) in self.members[m].core.to_verify() {
+                let end = |slot| self.logs.get(&slot).map_or(0, Vec::len);
+                if slots.iter().all(|&slot| self.next.get(&slot).copied().unwrap_or(0) >= end(slot)) {
+                    self.members[m].core.verified(task);
+                    progress = true;
+                }
+            }
+            let flow = self.members[m].core.flow();
+            self.paused.extend(flow.pause);
+            for (slot, from) in flow.rewind {
+                self.next.insert(slot, from as usize);
+            }
+            for slot in flow.resume {
+                progress |= self.paused.remove(&slot);
+            }
+            for (slot, entry) in rerouted {
+                self.logs.entry(slot).or_default().push(entry);
+            }
+            progress |= self.commit(m, repeat_idle);
         }
         progress.then_some(records)
     }

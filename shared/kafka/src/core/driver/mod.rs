@@ -119,10 +119,10 @@ impl<S: Stage> Member<S> {
     }
 
     pub fn feed(&mut self, slot: Slot, offset: i64, incoming: Incoming<In<S>>) -> Handling {
-        let routed = self.core.on_input(slot, offset, incoming).unwrap();
-        assert!(!matches!(routed, Handling::Held { .. }), "{slot:?} is held back");
+        let handling = self.core.on_input(slot, offset, incoming).unwrap();
+        assert!(!matches!(handling, Handling::Held { .. }), "{slot:?} is held back");
         self.pending.extend(self.core.take_outputs().expect("every output encodes as JSON"));
-        routed
+        handling
     }
 
     /// The stage's repartition topics' partitions this member reads.
