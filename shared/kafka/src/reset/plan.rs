@@ -124,7 +124,7 @@ pub fn plan(graph: &[StageTopology], names: &[String], options: &Options) -> Res
         .collect();
     let warnings = half_reset_inputs(graph, &selected, &is_reset)
         .into_iter()
-        .chain(readers_left_out(graph, &selected, &is_reset, options.to_latest))
+        .chain(readers_left_out(graph, &is_reset, options.to_latest))
         .collect();
     Ok(Plan { stages, warnings })
 }

@@ -38,7 +38,6 @@ pub(super) fn half_reset_inputs(
 /// old state and position.
 pub(super) fn readers_left_out(
     graph: &[StageTopology],
-    selected: &[&StageTopology],
     is_reset: &impl Fn(&str) -> bool,
     to_latest: bool,
 ) -> Vec<String> {
@@ -46,7 +45,7 @@ pub(super) fn readers_left_out(
     for reader in graph.iter().filter(|s| !is_reset(s.name)) {
         for (input, _) in reader.inputs {
             let reset_writers: Vec<&str> =
-                selected.iter().filter(|w| w.outputs.iter().any(|o| o.name == input.name)).map(|w| w.name).collect();
+                writers(graph, input.name).iter().map(|w| w.name).filter(|w| is_reset(w)).collect();
             if reset_writers.is_empty() {
                 continue;
             }
