@@ -1,7 +1,7 @@
 //! The command line every Kafka process shares: where Kafka and the registry are, how
 //! often to commit; the seed's parameters come from the same TOML file and
-//! `VIGIL_<SECTION>_<KEY>` variables as the embedded runner. A standalone service
-//! binary adds who it is and runs one member of its stage.
+//! `VIGIL_<SECTION>_<KEY>` variables as the embedded runner. A stage's own process
+//! (`vigil <stage>`) adds who it is and runs one member of its stage.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

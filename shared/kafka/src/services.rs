@@ -67,7 +67,7 @@ pub fn services<P: Pipeline>(pipeline: &P) -> Vec<Box<dyn Service>> {
     collect.0
 }
 
-/// The seed pipeline's six stages, upstream first: what the service binaries and the
+/// The seed pipeline's six stages, upstream first: what `vigil <stage>` and the
 /// taskmanagers run.
 pub fn seed_services() -> &'static [Box<dyn Service>] {
     static SERVICES: std::sync::OnceLock<Vec<Box<dyn Service>>> = std::sync::OnceLock::new();

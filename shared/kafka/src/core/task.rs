@@ -85,7 +85,7 @@ impl<O: Operator> TaskState<O> {
 
     /// Whether what it would say on the repartition topics is worth a marker. Its
     /// readers leave an idle writer out of their watermark, and use what it last
-    /// said only once every other input has ended (see `advance_watermarks`), where
+    /// said only once every other input has ended (see `advance_watermark`), where
     /// a stale value holds them back no further than the writer's own end: so while
     /// it stays idle, its end is news, and its idleness with where it is only as
     /// the answer to a generation a reader asked (see `markers`). Otherwise every

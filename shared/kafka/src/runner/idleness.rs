@@ -123,7 +123,7 @@ impl<S: Stage + Clone> Runner<S> {
     }
 
     /// For each task with its partitions, whether the broker says every one of them
-    /// is read to its end; `None` if it does not answer (the silence watch is told:
+    /// is read to its end; `None` if it does not answer (the idle check is told:
     /// see `IdleCheck::outage`).
     pub(super) fn read_to_end(&mut self, tasks: Vec<(i32, Vec<Slot>)>) -> Option<Vec<(i32, bool)>> {
         let slots: Vec<Slot> = tasks.iter().flat_map(|(_, slots)| slots.iter().copied()).collect();
