@@ -28,7 +28,7 @@ pub fn headers(marker: Marker) -> OwnedHeaders {
 
 /// The marker a message carries, if it is one: a marker has no value, so a record
 /// with one is not asked for its headers (librdkafka parses them into a new buffer at
-/// every ask, about a thousand instructions, even when there are none).
+/// every ask, even when there are none).
 pub fn read<M: Message>(message: &M) -> Option<Marker> {
     if message.payload().is_some_and(|value| !value.is_empty()) {
         return None;

@@ -32,8 +32,9 @@ const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
 const OPEN_TRANSACTION_NOTICE: Duration = Duration::from_secs(5);
 
 /// A client closed on a thread of its own when dropped: librdkafka's destroy (leaving
-/// the group, closing connections) took about 0.1 s of every restore, one of empty
-/// changelogs included, before the member could start reading.
+/// the group, closing connections) would hold up every restore, one of empty
+/// changelogs included, before the member could start reading (docs/decisions.md,
+/// 2026-12-02, "Offset queries at once, clients closed aside").
 struct ClosedAside<T: Send + 'static>(Option<T>);
 
 impl<T: Send + 'static> std::ops::Deref for ClosedAside<T> {
@@ -70,8 +71,9 @@ const READERS: usize = 8;
 /// Restores the given tasks, each from its changelog partition (`task % partitions`):
 /// every entry in order, then the task's `finish`. Up to [`READERS`] partitions are
 /// read at once, each by a client of its own on a thread that also applies its
-/// entries: one client fetches one request at a time, and with every record handed
-/// to one thread a restore ran at about 700 000 records/s with the cores a third idle.
+/// entries: one client fetches one request at a time, and one thread applying every
+/// record left cores idle (docs/decisions.md, 2026-12-03, "Restores: a client and a
+/// thread per partition").
 pub fn read_tasks<O: Stateful + Send>(
     bootstrap_servers: &str,
     group_id: &str,
@@ -139,8 +141,8 @@ fn read_partition<O: Stateful>(
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        // Small fetches, with a thread per partition: 8 MiB ones ran slower and
-        // took three times the memory, their buffers no longer in cache. 1 MiB is
+        // Small fetches, with a thread per partition: larger ones ran slower and
+        // took more memory, their buffers no longer in cache. 1 MiB is
         // the least librdkafka takes (`message.max.bytes`); a larger record batch
         // still comes whole.
         .set("fetch.max.bytes", "1048576")

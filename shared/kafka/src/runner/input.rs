@@ -27,8 +27,8 @@ impl<S: Stage + Clone> Runner<S> {
     /// Reads what the consumer has, up to `POLL_BATCH` messages, waiting for the
     /// first as long as the commit policy allows. What the loop does besides
     /// reading (producing the outputs, pausing partitions, asking whether to commit)
-    /// is then done once a batch instead of once a record: it cost a health
-    /// monitor's loop about as much as the records themselves.
+    /// is then done once a batch instead of once a record (docs/decisions.md,
+    /// 2026-12-03, "The services' own cost per record").
     pub(super) fn read_batch(&mut self) -> Result<()> {
         let mut timeout = self.commit_policy.poll_timeout(self.core.is_dirty(), self.last_commit.elapsed());
         let consumer = Arc::clone(&self.consumer);

@@ -141,9 +141,9 @@ pub struct Runner<S: Stage> {
     reads: Vec<(Instant, u32)>,
     /// When the batch being read had its first message (monotonic and wall clock),
     /// taken as the read time of all its records, and how many records it counted:
-    /// three clock reads a batch instead of four a record (clock reads were a tenth
-    /// of a member's CPU, librdkafka's included). A record later in a batch counts
-    /// its wait there as processing, not queued: its outputs wait for the batch too.
+    /// the clocks are read once a batch, not for every record (docs/decisions.md,
+    /// 2026-12-06, "Fewer clock reads"). A record later in a batch counts its wait
+    /// there as processing, not queued: its outputs wait for the batch too.
     batch_read: Option<(Instant, i64)>,
     batch_records: u32,
     /// The input topics' names for librdkafka's C calls, by input index.
@@ -155,8 +155,9 @@ pub struct Runner<S: Stage> {
 
 impl<S: Stage + Clone> Runner<S> {
     pub fn new(stage: S, settings: Settings, observers: Observers) -> Result<Self> {
-        // The registry client (TLS roots loaded, schemas parsed: about 75 ms) is made
-        // while the Kafka clients are made and check the topics.
+        // The registry client (its TLS roots loaded) is made while the Kafka clients
+        // are made and check the topics (docs/decisions.md, 2026-12-02, "Offset
+        // queries at once").
         let registry_url = settings.registry_url.clone();
         let codec = std::thread::spawn(move || Codec::new(&registry_url));
         let topology = stage.topology();

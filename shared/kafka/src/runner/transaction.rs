@@ -209,10 +209,11 @@ impl<S: Stage + Clone> Runner<S> {
     /// partition the member writes (see `epoch`): a write of an older epoch still on
     /// its way is refused from then on, and one that came first is aborted. The
     /// claim writes one partition per request, five at a time (librdkafka's most for
-    /// an idempotent producer), about 0.1-0.2 s for a stage's 16-24 partitions: it
-    /// runs while the member joins its group and restores its tasks, and the
-    /// member's first transaction waits for it (`await_claim`). Restores read
-    /// committed records only, so they see the same with or without it done.
+    /// an idempotent producer), several round trips: it runs while the member joins
+    /// its group and restores its tasks, and the member's first transaction waits
+    /// for it (`await_claim`; docs/decisions.md, 2026-12-03, "The claim in the
+    /// background"). Restores read committed records only, so they see the same
+    /// with or without it done.
     pub(super) fn init_transactions(&mut self) -> Result<()> {
         self.producer.init_transactions(IO_TIMEOUT).map_err(|e| self.fatal(e))?;
         let (producer, written, partitions) =
