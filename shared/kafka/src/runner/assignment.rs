@@ -18,7 +18,7 @@ use crate::core::{Correction, Slot};
 use crate::group::{RebalanceLog, Standing};
 use crate::restore;
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     pub(super) fn handle_rebalance(&mut self) -> Result<()> {
         let RebalanceLog { revoked, joined, assigned } =
             std::mem::take(&mut *self.rebalances.lock().expect("rebalance log"));

@@ -28,7 +28,7 @@ fn bytes<S: Serializer>(b: &&[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_bytes(b)
 }
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     pub(super) fn dead_letter(
         &self,
         topic: &str,

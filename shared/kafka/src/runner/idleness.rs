@@ -22,7 +22,7 @@ pub(super) const END_OFFSET_TIMEOUT: Duration = Duration::from_secs(2);
 /// its source partitions are read to their end (see `answer_asks`).
 const ASK_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     /// A source or repartition partition without a record for `idle_wall_clock_ms`
     /// stops holding its readers back (`TaskCore::mark_idle`) if the consumer has
     /// drained what it fetched and the broker says it ends where it has been read to;

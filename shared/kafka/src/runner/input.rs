@@ -23,7 +23,7 @@ use crate::produce;
 /// The most messages read in one turn of the loop (see `Runner::read_batch`).
 const POLL_BATCH: usize = 64;
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     /// Reads what the consumer has, up to `POLL_BATCH` messages, waiting for the
     /// first as long as the commit policy allows. What the loop does besides
     /// reading (producing the outputs, pausing partitions, asking whether to commit)

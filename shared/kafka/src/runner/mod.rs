@@ -153,7 +153,7 @@ pub struct Runner<S: Stage> {
     records_out: FxHashMap<&'static str, prometheus::IntCounter>,
 }
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     pub fn new(stage: S, settings: Settings, observers: Observers) -> Result<Self> {
         // The registry client (its TLS roots loaded) is made while the Kafka clients
         // are made and check the topics (docs/decisions.md, 2026-12-02, "Offset

@@ -29,7 +29,7 @@ const SEND_OFFSETS_MARGIN: Duration = Duration::from_secs(5);
 /// Failed commits in a row after which a member starts over with new clients.
 const COMMIT_ATTEMPTS: u32 = 3;
 
-impl<S: Stage + Clone> Runner<S> {
+impl<S: Stage> Runner<S> {
     pub(super) fn begin(&mut self) -> Result<()> {
         if !self.in_transaction {
             self.await_claim()?;
