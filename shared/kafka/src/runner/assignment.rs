@@ -37,10 +37,7 @@ impl<S: Stage> Runner<S> {
                 self.metrics.aborts.inc();
                 info!("partitions revoked; the work since the last commit is redone by their next owner");
             }
-            self.core.revoke_all();
-            self.idle_check.clear();
-            self.redelivered.clear();
-            self.publish_tasks();
+            self.forget_tasks();
         }
         if joined {
             self.membership.joined();
@@ -49,6 +46,15 @@ impl<S: Stage> Runner<S> {
             self.take_partitions(&assigned)?;
         }
         self.judge_membership()
+    }
+
+    /// Every partition taken away: the core forgets its tasks, the shell what it
+    /// watched of their partitions, and the status says so.
+    pub(super) fn forget_tasks(&mut self) {
+        self.core.revoke_all();
+        self.idle_check.clear();
+        self.redelivered.clear();
+        self.publish_tasks();
     }
 
     /// Reports a member out of its group for long degraded, and fails one whose

@@ -331,10 +331,7 @@ impl<S: Stage> Runner<S> {
     fn stand_by(&mut self) -> Result<()> {
         self.in_transaction = false;
         let _ = self.consumer.unassign();
-        self.core.revoke_all();
-        self.idle_check.clear();
-        self.redelivered.clear();
-        self.publish_tasks();
+        self.forget_tasks();
         self.replace_producer()?;
         self.set_role(Role::Standby);
         Ok(())
