@@ -16,7 +16,7 @@ use tracing::warn;
 use vigil_model::topology::{Topic, DEVICE_EVENTS, ORDERS, PAYMENTS};
 use vigil_model::{DeviceEvent, InputRecord, Order, Payment, Source};
 
-use super::keying::{topic_of, Keying};
+use super::keying::{input_topics, topic_of, Keying};
 use super::reports::{self, Reports, Tally};
 use super::stall::Watch;
 use crate::codec::{Codec, CodecError};
@@ -125,7 +125,7 @@ impl InputProducer {
     pub fn records_in_inputs(&self) -> Result<i64> {
         let give_up = Instant::now() + BROKER_PATIENCE;
         let mut total = 0;
-        for topic in [&ORDERS, &PAYMENTS, &DEVICE_EVENTS] {
+        for topic in input_topics() {
             for p in 0..self.partitions {
                 let (low, high) = loop {
                     match self.lock().client().fetch_watermarks(topic.name, p, Duration::from_secs(10)) {
@@ -149,7 +149,7 @@ impl InputProducer {
     /// Says every partition of the input topics has ended: their watermark goes to
     /// the end of time and every window fires, as at the end of a bounded source.
     pub fn finish(&self) -> Result<()> {
-        for topic in [&ORDERS, &PAYMENTS, &DEVICE_EVENTS] {
+        for topic in input_topics() {
             for p in 0..self.partitions {
                 let headers = marker_headers::headers(Marker::END);
                 self.send(BaseRecord::<str, [u8]>::to(topic.name).partition(p).headers(headers))?;

@@ -12,6 +12,11 @@ pub fn topic_of(source: Source) -> &'static Topic {
     }
 }
 
+/// The input streams' topics, one a source.
+pub(super) fn input_topics() -> impl Iterator<Item = &'static Topic> {
+    Source::ALL.into_iter().map(topic_of)
+}
+
 /// How input records are keyed (and so partitioned) as they are produced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Keying {

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use tracing::warn;
-use vigil_model::topology::{DEVICE_EVENTS, ORDERS, PAYMENTS};
 
 use super::input_producer::InputProducer;
+use super::keying::input_topics;
 use super::{queue, reports};
 
 /// How long records may wait without a single delivery report, the broker answering,
@@ -64,7 +64,7 @@ impl InputProducer {
             Ok(metadata) => metadata,
             Err(_) => return false,
         };
-        [&ORDERS, &PAYMENTS, &DEVICE_EVENTS].iter().all(|topic| {
+        input_topics().all(|topic| {
             metadata.topics().iter().any(|t| {
                 t.name() == topic.name && !t.partitions().is_empty() && t.partitions().iter().all(|p| p.leader() >= 0)
             })
