@@ -130,7 +130,7 @@ impl OutputWriter {
 }
 
 /// The file an output folder holds a topic's records in.
-pub fn file_name(topic: &Topic) -> String {
+fn file_name(topic: &Topic) -> String {
     format!("{}.ndjson", topic.name)
 }
 
