@@ -5,7 +5,7 @@
 use std::any::TypeId;
 use std::mem::ManuallyDrop;
 
-use vigil_model::topology::{Bound, EventTime, Topic};
+use vigil_model::topology::{EventTime, Topic};
 use vigil_model::{Config, Millis, Record, Text};
 use vigil_stream::partition::Partitioner;
 use vigil_stream::source_clock::{Idleness, Moved, SourceClock};
@@ -41,14 +41,7 @@ impl<S: Stage> StageTasks<S> {
             .inputs
             .iter()
             .map(|(_, time)| match time {
-                EventTime::Source(Bound::Payments) => {
-                    InputTime::Source(SourceClock::new(partitions, config.payment_bound_ms(), idle))
-                }
-                EventTime::Source(Bound::Devices) => InputTime::Source(SourceClock::new(
-                    partitions,
-                    config.devices.out_of_order_bound_ms as Millis,
-                    idle,
-                )),
+                EventTime::Source(bound) => InputTime::Source(SourceClock::new(partitions, bound.ms(config), idle)),
                 EventTime::Upstream => InputTime::Upstream(NO_WATERMARK),
             })
             .collect();

@@ -6,6 +6,8 @@
 //!
 //! Topics are `static`s: a runtime tells them apart by address.
 
+use crate::{Config, Millis};
+
 /// A topic of the pipeline.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Topic {
@@ -125,6 +127,16 @@ pub enum Bound {
     Payments,
     /// `devices.out_of_order_bound_ms`.
     Devices,
+}
+
+impl Bound {
+    /// The bound as `config` sets it.
+    pub fn ms(self, config: &Config) -> Millis {
+        match self {
+            Bound::Payments => config.payment_bound_ms(),
+            Bound::Devices => config.devices.out_of_order_bound_ms as Millis,
+        }
+    }
 }
 
 /// A stage's place in the topology: what it reads, how it knows event time there,
