@@ -193,7 +193,7 @@ impl<S: Stage> StageTasks<S> {
         // Judged against the watermark from before it, then counted in it.
         if let (InputTime::Source(clock), Some(ts)) = (&mut self.inputs[input], event_ts) {
             match clock.observe(partition as usize, ts) {
-                Moved::Partition(p) if !self.stage.topology().global => self.advance_task(p, downstream, routes),
+                Moved::Own if !self.stage.topology().global => self.advance_task(t, downstream, routes),
                 _ => {
                     self.advance(downstream, routes);
                     return self.output_watermark_all();

@@ -24,8 +24,8 @@ use crate::Millis;
 /// Which partitions' watermarks a record may have moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moved {
-    /// Its own only: the common case, no partition being idle.
-    Partition(usize),
+    /// Its own partition's only: the common case, no partition being idle.
+    Own,
     All,
 }
 
@@ -109,7 +109,7 @@ impl SourceClock {
             if self.follow_active() {
                 return Moved::All;
             }
-            return Moved::Partition(partition);
+            return Moved::Own;
         }
         self.refresh();
         Moved::All
