@@ -16,13 +16,14 @@
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
 use vigil_ingest::{Line, MergedInput, StreamReader};
+use vigil_kafka::metrics::now_ms;
 use vigil_kafka::produce::{InputProducer, Keying};
 use vigil_model::{InputRecord, Millis, Source};
 
@@ -182,10 +183,6 @@ fn restamp(record: &mut InputRecord, now: Millis) {
         InputRecord::Payment(p) => p.payment_ts = now,
         InputRecord::Device(d) => d.event_ts = now,
     }
-}
-
-fn now_ms() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as Millis)
 }
 
 /// How far ahead of its rate the generator runs before it sleeps.
