@@ -92,7 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Provisions, then keeps the lag and the live pane up to date, until shutdown.
 fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown: &AtomicBool) {
     while !shutdown.load(Ordering::SeqCst) {
-        match provision(common, replication) {
+        match provision(common, &jm.topology, replication) {
             Ok(()) => break,
             Err(e) => {
                 warn!("cannot provision yet ({e:#}); trying again in 2 s");
@@ -107,9 +107,8 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
         let (jm, common) = (jm.clone(), common.clone());
         let spawned = std::thread::Builder::new().name("live".into()).spawn(move || loop {
             let never = AtomicBool::new(false);
-            let topology = Topology { stages: jm.topology.clone() };
             let (bootstrap, registry) = (&common.bootstrap_servers, &common.registry_url);
-            match live::follow(bootstrap, registry, &topology, &jm.live, &jm.metrics, &never) {
+            match live::follow(bootstrap, registry, &jm.topology, &jm.live, &jm.metrics, &never) {
                 Ok(()) => return,
                 Err(e) => {
                     warn!("the live pane stopped ({e:#}); starting it again in 5 s");
@@ -125,7 +124,7 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
     while !shutdown.load(Ordering::SeqCst) {
         jm.cluster.lock().expect("cluster").expire(now_ms());
         if probe.is_none() {
-            probe = LagProbe::new(&common.bootstrap_servers, &jm.topology, common.config.runtime.partitions)
+            probe = LagProbe::new(&common.bootstrap_servers, &jm.topology.stages, common.config.runtime.partitions)
                 .map_err(|e| warn!("cannot measure consumer lag: {e:#}"))
                 .ok();
         }
@@ -146,14 +145,13 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
 }
 
 /// Every topic and every schema, as `vigil provision` does.
-fn provision(common: &Common, replication: i32) -> anyhow::Result<()> {
-    let topology = SeedPipeline::default().topology();
+fn provision(common: &Common, topology: &Topology, replication: i32) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = connection::client_config(&common.bootstrap_servers)
         .create()
         .context("cannot create the Kafka admin client")?;
     let consumer: BaseConsumer =
         connection::client_config(&common.bootstrap_servers).create().context("cannot create a Kafka client")?;
-    let report = topics::provision(&admin, &consumer, &topology, common.config.runtime.partitions, replication)?;
+    let report = topics::provision(&admin, &consumer, topology, common.config.runtime.partitions, replication)?;
     let created = report.iter().filter(|(_, p)| *p == topics::Provisioned::Created).count();
     info!(created, existing = report.len() - created, "topics provisioned");
     let schemas = Codec::new(&common.registry_url)?.register(&topology.topics())?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use vigil_kafka::metrics::now_ms;
 use vigil_kafka::status::Heartbeat;
-use vigil_model::topology::{StageTopology, Topology};
+use vigil_model::topology::Topology;
 
 use crate::jobmanager::cluster::Cluster;
 use crate::jobmanager::lag::StageLag;
@@ -17,7 +17,7 @@ use crate::jobmanager::view::{flink_id, JobView};
 pub struct JobManager {
     pub job_id: String,
     pub start_ms: i64,
-    pub topology: Vec<StageTopology>,
+    pub topology: Topology,
     pub cluster: Mutex<Cluster>,
     pub lag: Mutex<BTreeMap<String, StageLag>>,
     pub live: Arc<Live>,
@@ -34,7 +34,7 @@ impl JobManager {
             job_id: flink_id("vigil"),
             start_ms: now_ms(),
             metrics: JobMetrics::new(&stages, &sources),
-            topology: topology.stages.clone(),
+            topology: topology.clone(),
             cluster: Mutex::new(Cluster::default()),
             lag: Mutex::new(BTreeMap::new()),
             live: Live::new(),
@@ -43,7 +43,7 @@ impl JobManager {
     }
 
     pub fn view(&self) -> JobView {
-        JobView::build(&self.job_id, self.start_ms, &self.topology, &self.cluster, &self.lag, now_ms())
+        JobView::build(&self.job_id, self.start_ms, &self.topology.stages, &self.cluster, &self.lag, now_ms())
     }
 
     pub fn heartbeat(&self, beat: Heartbeat) {
