@@ -191,9 +191,8 @@ const PACE_GRAIN: Duration = Duration::from_millis(1);
 /// Holds a producer to a rate (paced against the start, so one slow send does not slow
 /// the average) and reports progress every few seconds.
 ///
-/// It sleeps only once it is a millisecond ahead: at 20 000 records/s a sleep after
-/// each record (50 µs) kept the generator at 0.15 of a core, mostly in wake-ups, where
-/// it now takes 0.08, on the cores the broker and the services share. The records of
+/// It sleeps only once it is a millisecond ahead: a sleep after each record spends
+/// the generator's CPU in wake-ups, on the cores the broker and the services share. The records of
 /// a millisecond go together; each is stamped when it is sent.
 struct Pace {
     rate: f64,

@@ -138,7 +138,7 @@ fn file_name(topic: &Topic) -> String {
 const BATCH_OUTPUTS: usize = 1024;
 const BATCHES_AHEAD: usize = 4;
 
-/// An [`OutputWriter`] on a thread of its own. Formatting the lines is about a sixth
+/// An [`OutputWriter`] on a thread of its own. Formatting the lines is a good part
 /// of the pipeline's work; with a second core it no longer holds up the thread that
 /// processes. The order is the same, and a bounded queue keeps memory bounded when
 /// the reader of stdout is slower than the pipeline.

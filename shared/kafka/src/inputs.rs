@@ -2,7 +2,7 @@
 //! then a repartition topic for each source input, and how its tasks map to their
 //! partitions.
 
-use vigil_model::topology::{self, Bound, EventTime, StageTopology, Topic};
+use vigil_model::topology::{self, EventTime, StageTopology, Topic};
 use vigil_model::{Config, Millis};
 
 /// Where an input comes from, which decides how its watermark is known.
@@ -44,10 +44,7 @@ pub fn inputs(stage: &StageTopology, config: &Config) -> Vec<Input> {
         .iter()
         .map(|&(topic, time)| {
             let kind = match time {
-                EventTime::Source(Bound::Payments) => InputKind::Source { bound_ms: config.payment_bound_ms() },
-                EventTime::Source(Bound::Devices) => {
-                    InputKind::Source { bound_ms: config.devices.out_of_order_bound_ms as Millis }
-                }
+                EventTime::Source(bound) => InputKind::Source { bound_ms: bound.ms(config) },
                 EventTime::Upstream => InputKind::Upstream,
             };
             Input { name: topic.name.to_string(), records: topic, kind }

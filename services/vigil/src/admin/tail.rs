@@ -56,9 +56,9 @@ fn print(
     topics: &[&'static Topic],
     idle_exit_secs: Option<u64>,
 ) -> io::Result<()> {
-    // Buffered, and flushed whenever no record is waiting: a write per line cost
-    // 1.2 s of system time on a million records, and a follower still sees every
-    // line as soon as nothing more is waiting behind it.
+    // Buffered, and flushed whenever no record is waiting: a write per line costs a
+    // system call per record, and a follower still sees every line as soon as
+    // nothing more is waiting behind it.
     let mut out = BufWriter::new(io::stdout().lock());
     let mut last = Instant::now();
     loop {

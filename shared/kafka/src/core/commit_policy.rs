@@ -84,39 +84,39 @@ mod tests {
 
     #[test]
     fn a_member_commits_every_interval_and_after_a_quarter_once_quiet() {
-        let cadence = CommitPolicy::new(100 * MS);
-        assert!(!cadence.due(true, 99 * MS, false, false));
-        assert!(cadence.due(true, 100 * MS, false, false));
-        assert!(!cadence.due(true, 24 * MS, true, false));
-        assert!(cadence.due(true, 25 * MS, true, false));
+        let policy = CommitPolicy::new(100 * MS);
+        assert!(!policy.due(true, 99 * MS, false, false));
+        assert!(policy.due(true, 100 * MS, false, false));
+        assert!(!policy.due(true, 24 * MS, true, false));
+        assert!(policy.due(true, 25 * MS, true, false));
         // Nothing to commit, nothing due.
-        assert!(!cadence.due(false, 500 * MS, true, false));
+        assert!(!policy.due(false, 500 * MS, true, false));
     }
 
     #[test]
     fn a_busy_member_whose_commits_are_slow_commits_less_often_up_to_a_bound() {
-        let mut cadence = CommitPolicy::new(100 * MS);
+        let mut policy = CommitPolicy::new(100 * MS);
         // Fast commits: every interval, busy or not.
-        cadence.committed(20 * MS);
-        assert!(cadence.due(true, 100 * MS, false, true));
+        policy.committed(20 * MS);
+        assert!(policy.due(true, 100 * MS, false, true));
         // A commit of 60 ms: the next, under load, 240 ms after it.
-        cadence.committed(60 * MS);
-        assert!(!cadence.due(true, 239 * MS, false, true));
-        assert!(cadence.due(true, 240 * MS, false, true));
+        policy.committed(60 * MS);
+        assert!(!policy.due(true, 239 * MS, false, true));
+        assert!(policy.due(true, 240 * MS, false, true));
         // Not under load: every interval still.
-        assert!(cadence.due(true, 100 * MS, false, false));
+        assert!(policy.due(true, 100 * MS, false, false));
         // A commit of 2 s: at most ten intervals apart.
-        cadence.committed(2000 * MS);
-        assert!(!cadence.due(true, 999 * MS, false, true));
-        assert!(cadence.due(true, 1000 * MS, false, true));
+        policy.committed(2000 * MS);
+        assert!(!policy.due(true, 999 * MS, false, true));
+        assert!(policy.due(true, 1000 * MS, false, true));
     }
 
     #[test]
     fn polls_wait_briefly_while_work_is_uncommitted() {
-        let cadence = CommitPolicy::new(100 * MS);
-        assert_eq!(cadence.poll_timeout(false, Duration::ZERO), IDLE_POLL);
-        assert_eq!(cadence.poll_timeout(true, 10 * MS), QUIET_POLL);
-        assert_eq!(cadence.poll_timeout(true, 98 * MS), 2 * MS);
-        assert_eq!(cadence.poll_timeout(true, 150 * MS), Duration::ZERO);
+        let policy = CommitPolicy::new(100 * MS);
+        assert_eq!(policy.poll_timeout(false, Duration::ZERO), IDLE_POLL);
+        assert_eq!(policy.poll_timeout(true, 10 * MS), QUIET_POLL);
+        assert_eq!(policy.poll_timeout(true, 98 * MS), 2 * MS);
+        assert_eq!(policy.poll_timeout(true, 150 * MS), Duration::ZERO);
     }
 }
