@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
 # Local Kafka + Schema Registry for Vigil, without Docker.
 #
-# Runs a real single-node Apache Kafka 4.x broker (KRaft) and Apicurio Registry
-# (which speaks Confluent's Schema Registry API under /apis/ccompat/v7), both as
-# plain JVMs bound to 127.0.0.1. Needs only Java 17+, Maven and curl: the jars
-# come from Maven Central through deploy/local-stack/pom.xml.
+# Runs real Apache Kafka 4.x brokers (KRaft; one by default, VIGIL_BROKERS of them,
+# each broker and controller at once) and Apicurio Registry (which speaks Confluent's
+# Schema Registry API under /apis/ccompat/v7), all as plain JVMs bound to 127.0.0.1.
+# Needs only Java 17+, Maven and curl: the jars come from Maven Central through
+# deploy/local-stack/pom.xml.
 #
-#   scripts/local-stack.sh start    fetch (once), start both, write .cache/local-stack/env
+#   scripts/local-stack.sh start    fetch (once), start them, write .cache/local-stack/env
 #                                   (also a SASL_SSL listener: VIGIL_SECURE_* in the env file)
-#   scripts/local-stack.sh stop     stop both, delete their data
-#   scripts/local-stack.sh restart-kafka [crash]   stop (or kill -9) the broker and
-#                                   start it again on its data (a fault to survive)
+#   scripts/local-stack.sh stop     stop them, delete their data
+#   scripts/local-stack.sh restart-kafka [crash]   stop (or kill -9) the broker (node 1)
+#                                   and start it again on its data (a fault to survive)
 #   scripts/local-stack.sh status
 #   scripts/local-stack.sh fetch    only fetch the jars into .cache/local-stack (once)
 #   scripts/local-stack.sh kafka-class <main-class> [args...]   run any Kafka class
 #
+# One node of several (N = 1..VIGIL_BROKERS, its KRaft node id; node 1 is the one
+# broker's `kafka`, node N>1 `kafka-N`: its pid file, run/ folder and log):
+#   node-kill N            kill -9 node N (it stays down)
+#   node-start N           start node N again on its data; returns once it answers
+#   node-restart N [crash] stop (SIGTERM, or kill -9) node N and start it again
+#   node-freeze N | node-thaw N    SIGSTOP / SIGCONT node N
+#   node-wipe N            kill -9 node N, delete its log directory (not its KRaft
+#                          metadata log), format it again and start it: it rejoins and
+#                          re-replicates its partitions from the others
+#   node-pid N
+# Which node (its id) is:
+#   leader TOPIC PARTITION         the leader of a partition
+#   txn-coordinator ID             the transaction coordinator of a transactional id
+#   group-coordinator GROUP        the coordinator of a consumer group
+#   under-replicated               the number of partitions not fully in sync
+#
 # Env: KAFKA_PORT, SECURE_PORT, CONTROLLER_PORT, REGISTRY_PORT (default: free ports),
+#      VIGIL_BROKERS (1; 3 for a three-voter quorum, where the offsets and transaction
+#      state topics get replication 3 and min ISR 2), KAFKA_PORT_N, SECURE_PORT_N,
+#      CONTROLLER_PORT_N (node N>1's ports; default: free ports). The env file also
+#      lists VIGIL_BROKERS and each node's ports (VIGIL_BROKER_N_PORT,
+#      VIGIL_BROKER_N_SECURE_PORT, VIGIL_BROKER_N_CONTROLLER_PORT);
+#      VIGIL_BOOTSTRAP_SERVERS and VIGIL_SECURE_BOOTSTRAP_SERVERS name every node.
 #      KAFKA_HEAP_OPTS (-Xmx512m), KAFKA_JVM_PERFORMANCE_OPTS (the collector; as in
 #      Kafka's own scripts, -XX:+UseG1GC -XX:MaxGCPauseMillis=20), KAFKA_GC_LOG (a file
 #      for the broker's collections, stamped in epoch ms), KAFKA_EXTRA_PROPERTIES (broker
@@ -121,10 +144,14 @@ wait_for() {
   done
 }
 
+# Node $1 (default 1) answers on its own port; the port from the env file when
+# KAFKA_PORT is not set (start sets it for node 1, and KAFKA_PORT_N for node N).
 kafka_ready() {
-  port_open "$KAFKA_PORT" &&
+  local n="${1:-1}" port
+  port="$(node_port "$n")"
+  port_open "$port" &&
     timeout 30 "$0" kafka-class org.apache.kafka.tools.TopicCommand \
-      --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list
+      --bootstrap-server "127.0.0.1:$port" --list
 }
 registry_ready() {
   [[ "$(curl -s -o /dev/null -w '%{http_code}' "$REGISTRY_URL/subjects")" == 200 ]]
@@ -147,31 +174,150 @@ launch_registry() {
   echo $! >"$RUN/$name.pid"
 }
 
+# Node n's name: `kafka` for node 1 (the one broker's name), `kafka-n` for the others.
+node_name() { if (($1 == 1)); then echo kafka; else echo "kafka-$1"; fi; }
+
+# A variable of the env file ($1), empty when it has none.
+env_var() { sed -n "s/^$1=//p" "$ENV_FILE" 2>/dev/null || true; }
+
+# Node n's plaintext port: KAFKA_PORT (node 1) or KAFKA_PORT_n while starting, else
+# from the env file.
+node_port() {
+  local var=KAFKA_PORT
+  (($1 == 1)) || var="KAFKA_PORT_$1"
+  if [[ -n "${!var:-}" ]]; then echo "${!var}"; else env_var "VIGIL_BROKER_$1_PORT"; fi
+}
+
+# The number of nodes of the running stack.
+node_count() {
+  local n
+  n="$(env_var VIGIL_BROKERS)"
+  echo "${n:-1}"
+}
+
+# Checks a node number given on the command line.
+node_arg() {
+  if ! [[ "${1:-}" =~ ^[1-9][0-9]*$ ]] || (($1 > $(node_count))); then
+    die "no node '${1:-}': nodes are 1..$(node_count)"
+  fi
+  [[ -d "$RUN/$(node_name "$1")" ]] || die "node $1 was never started (no $RUN/$(node_name "$1"))"
+}
+
 # Console logging at INFO via log4j2's default config: no config file needed.
+# Node $1 (default 1).
 launch_kafka() {
+  local name
+  name="$(node_name "${1:-1}")"
   # shellcheck disable=SC2086
   nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xmx512m} ${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20} \
     ${KAFKA_GC_LOG:+"-Xlog:gc:file=$KAFKA_GC_LOG:timemillis"} \
     -Djava.awt.headless=true -Dlog4j2.level=INFO -cp "$LIBS/*" \
-    kafka.Kafka "$RUN/kafka/server.properties" >>"$LOGS/kafka.log" 2>&1 </dev/null &
-  echo $! >"$RUN/kafka.pid"
+    kafka.Kafka "$RUN/$name/server.properties" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
 }
 
-# The broker stopped (SIGTERM, or SIGKILL with `crash`) and started again on the same
-# data and port: a broker restart as a deployment meets it.
+# Node $1 killed with SIGKILL; returns once it is gone.
+kill_node() {
+  local name
+  name="$(node_name "$1")"
+  alive "$name" || return 0
+  kill -KILL "$(pid_of "$name")"
+  while alive "$name"; do sleep 0.2; done
+}
+
+# How many times node $1's log says it started: once a broker is unfenced (it has
+# caught up with the metadata), which is when Kafka prints it.
+started_count() { grep -c 'Kafka Server started' "$LOGS/$(node_name "$1").log" 2>/dev/null || true; }
+# Node $1 started since its log said so $2 times, and its port takes connections: a
+# check without a JVM, as a node restarted under load wants (a tool's JVM a second
+# costs a core).
+node_started() { (($(started_count "$1") > $2)) && port_open "$(node_port "$1")"; }
+
+# Node $1 started on its data; returns once it answers.
+start_node() {
+  local name t0=$SECONDS before
+  name="$(node_name "$1")"
+  ! alive "$name" || die "$name is running already"
+  before="$(started_count "$1")"
+  launch_kafka "$1"
+  wait_for "$name" node_started "$1" "$before"
+  log "$name (node $1) ready after $((SECONDS - t0)) s"
+}
+
+# The broker (node $2, default 1) stopped (SIGTERM, or SIGKILL with `crash`) and started
+# again on the same data and port: a broker restart as a deployment meets it.
 restart_kafka() {
-  alive kafka || die "Kafka is not running"
-  KAFKA_PORT="$(sed -n 's/^VIGIL_BOOTSTRAP_SERVERS=127.0.0.1://p' "$ENV_FILE")"
+  local n="${2:-1}" name before
+  name="$(node_name "$n")"
+  alive "$name" || die "$name is not running"
   if [[ "${1:-}" == crash ]]; then
-    kill -KILL "$(pid_of kafka)"
-    while alive kafka; do sleep 0.2; done
+    kill_node "$n"
   else
-    stop_one kafka
+    stop_one "$name"
   fi
   local t0=$SECONDS
-  launch_kafka
-  wait_for kafka kafka_ready
-  log "Kafka restarted, ready after $((SECONDS - t0)) s"
+  before="$(started_count "$n")"
+  launch_kafka "$n"
+  wait_for "$name" node_started "$n" "$before"
+  if [[ "$name" == kafka ]]; then
+    log "Kafka restarted, ready after $((SECONDS - t0)) s"
+  else
+    log "$name (node $n) restarted, ready after $((SECONDS - t0)) s"
+  fi
+}
+
+# Node $1 killed, its log directory deleted and formatted again (Kafka wants every log
+# directory formatted; the KRaft metadata log, kept, still holds the node's place in
+# the quorum), and started: it rejoins empty and fetches its replicas from the others.
+wipe_node() {
+  local name dir
+  name="$(node_name "$1")"
+  dir="$RUN/$name"
+  kill_node "$1"
+  rm -rf "$dir/data"
+  mkdir -p "$dir/data"
+  "$0" kafka-class kafka.tools.StorageTool format --ignore-formatted --no-initial-controllers \
+    -t "$(cat "$dir/cluster-id")" -c "$dir/server.properties" >>"$LOGS/$name-format.log" 2>&1 \
+    || { tail -n 20 "$LOGS/$name-format.log" >&2; die "formatting $name's wiped log directory failed"; }
+  log "$name (node $1): log directory wiped and formatted again"
+  start_node "$1"
+}
+
+# Runs a Kafka tool against every node of the stack.
+tool() {
+  local class="$1"; shift
+  "$0" kafka-class "$class" --bootstrap-server "$(env_var VIGIL_BOOTSTRAP_SERVERS)" "$@"
+}
+
+# The node id of a partition's leader (TopicCommand's "Leader: N"; -1 when it has none).
+leader() {
+  [[ $# -eq 2 ]] || die "usage: $0 leader TOPIC PARTITION"
+  tool org.apache.kafka.tools.TopicCommand --describe --topic "$1" |
+    awk -v p="$2" '{for (i = 1; i < NF; i++) if ($i == "Partition:" && $(i + 1) == p) for (j = i; j < NF; j++) if ($j == "Leader:") {print $(j + 1); exit}}' |
+    grep . || die "no partition $2 of topic $1"
+}
+
+# The node id of a transactional id's coordinator (TransactionsCommand's CoordinatorId).
+txn_coordinator() {
+  [[ $# -eq 1 ]] || die "usage: $0 txn-coordinator TRANSACTIONAL_ID"
+  tool org.apache.kafka.tools.TransactionsCommand describe --transactional-id "$1" |
+    awk 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "CoordinatorId") c = i} NR == 2 && c {print $c}' |
+    grep . || die "no transaction coordinator found for $1"
+}
+
+# The node id of a consumer group's coordinator ("host:port (N)" in ConsumerGroupCommand).
+group_coordinator() {
+  [[ $# -eq 1 ]] || die "usage: $0 group-coordinator GROUP"
+  tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --describe --state --group "$1" |
+    sed -n 's/.*127\.0\.0\.1:[0-9]* (\([0-9]*\)).*/\1/p' | head -n 1 | grep . ||
+    die "no coordinator found for group $1"
+}
+
+# How many partitions have fewer in-sync replicas than replicas.
+under_replicated() {
+  local out
+  out="$(tool org.apache.kafka.tools.TopicCommand --describe --under-replicated-partitions)"
+  grep -c 'Partition:' <<<"$out" || true
 }
 
 # The SECURE listener's TLS material in $RUN/tls: a CA of this stack (ca.pem, what
@@ -195,7 +341,12 @@ make_tls() {
 }
 
 start() {
-  alive kafka && alive registry && alive registry-secure && [[ -f "$ENV_FILE" ]] && { log "already running"; show_env; return 0; }
+  local n nodes="${VIGIL_BROKERS:-1}"
+  [[ "$nodes" =~ ^[1-9]$ ]] || die "VIGIL_BROKERS=$nodes: a number of nodes from 1 to 9"
+  local all_alive=yes
+  for ((n = 1; n <= nodes; n++)); do alive "$(node_name "$n")" || all_alive=no; done
+  [[ "$all_alive" == yes && "$(node_count)" == "$nodes" ]] && alive registry && alive registry-secure \
+    && [[ -f "$ENV_FILE" ]] && { log "already running"; show_env; return 0; }
   stop_all quiet  # clear a half-started or crashed stack
   # Never leave half a stack running when start fails (logs are kept).
   trap 'rc=$?; ((rc == 0)) || stop_all quiet; exit "$rc"' EXIT
@@ -204,7 +355,9 @@ start() {
   fetch
 
   # Ports given in the environment stay; the others are picked apart from them all.
-  local name ports=(KAFKA_PORT SECURE_PORT CONTROLLER_PORT REGISTRY_PORT SECURE_REGISTRY_PORT) taken=()
+  local name ports=(KAFKA_PORT SECURE_PORT CONTROLLER_PORT) taken=()
+  for ((n = 2; n <= nodes; n++)); do ports+=("KAFKA_PORT_$n" "SECURE_PORT_$n" "CONTROLLER_PORT_$n"); done
+  ports+=(REGISTRY_PORT SECURE_REGISTRY_PORT)
   for name in "${ports[@]}"; do taken+=("${!name:-}"); done
   for name in "${ports[@]}"; do
     [[ -n "${!name:-}" ]] || printf -v "$name" '%s' "$(free_port "${taken[@]}")"
@@ -214,10 +367,23 @@ start() {
     || die "the ports must differ: ${ports[*]}"
   REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
   SECURE_REGISTRY_URL="https://127.0.0.1:$SECURE_REGISTRY_PORT/apis/ccompat/v7"
-  for p in "$KAFKA_PORT" "$SECURE_PORT" "$CONTROLLER_PORT" "$REGISTRY_PORT" "$SECURE_REGISTRY_PORT"; do
-    ! port_open "$p" || die "port $p is already in use"
+  for name in "${ports[@]}"; do
+    ! port_open "${!name}" || die "port ${!name} is already in use"
   done
-  mkdir -p "$RUN/kafka/data" "$LOGS"
+  # Node n's ports, and the lists of them all.
+  local kport=() sport=() cport=() bootstrap=() secure_bootstrap=() controllers=()
+  for ((n = 1; n <= nodes; n++)); do
+    if ((n == 1)); then
+      kport[n]=$KAFKA_PORT sport[n]=$SECURE_PORT cport[n]=$CONTROLLER_PORT
+    else
+      name="KAFKA_PORT_$n"; kport[n]=${!name}
+      name="SECURE_PORT_$n"; sport[n]=${!name}
+      name="CONTROLLER_PORT_$n"; cport[n]=${!name}
+    fi
+    bootstrap+=("127.0.0.1:${kport[n]}") secure_bootstrap+=("127.0.0.1:${sport[n]}")
+    controllers+=("127.0.0.1:${cport[n]}")
+  done
+  mkdir -p "$LOGS"
 
   # Fresh secrets for each start: the user of the SECURE listener and the secured
   # registry, and the keystore's password. Each starts with a letter: keytool hands
@@ -227,27 +393,46 @@ start() {
   TLS_PASSWORD="p$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')"
   make_tls >"$LOGS/tls.log" 2>&1 || { cat "$LOGS/tls.log" >&2; die "making the TLS certificates failed"; }
 
-  sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
-      -e "s|@SECURE_PORT@|$SECURE_PORT|g" -e "s|@TLS_DIR@|$RUN/tls|g" -e "s|@TLS_PASSWORD@|$TLS_PASSWORD|g" \
-      -e "s|@SASL_USER@|$SECURE_USER|g" -e "s|@SASL_PASSWORD@|$secure_password|g" \
-      -e "s|@DATA_DIR@|$RUN/kafka/data|g" "$DEPLOY/server.properties" >"$RUN/kafka/server.properties"
-  [[ -z "${KAFKA_EXTRA_PROPERTIES:-}" ]] || tr ' ' '\n' <<<"$KAFKA_EXTRA_PROPERTIES" >>"$RUN/kafka/server.properties"
+  # A KRaft id (the cluster's, a directory's) is 16 random bytes in unpadded URL-safe
+  # base64 (what `kafka-storage.sh random-uuid` prints); Kafka rejects ids starting
+  # with '-'.
+  kraft_id() { local id; id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"; echo "A${id:1}"; }
+  local cluster_id t0=$SECONDS quorum=(--standalone) voters=() replication=$((nodes < 3 ? nodes : 3))
+  cluster_id="$(kraft_id)"
+  # Several nodes: each a voter of the first quorum, named with its metadata log
+  # directory's id.
+  if ((nodes > 1)); then
+    for ((n = 1; n <= nodes; n++)); do voters+=("$n@127.0.0.1:${cport[n]}:$(kraft_id)"); done
+    quorum=(--initial-controllers "$(IFS=,; echo "${voters[*]}")")
+  fi
+  log "formatting KRaft storage (cluster $cluster_id, $nodes node(s))..."
+  for ((n = 1; n <= nodes; n++)); do
+    name="$(node_name "$n")"
+    mkdir -p "$RUN/$name/data" "$RUN/$name/meta"
+    echo "$cluster_id" >"$RUN/$name/cluster-id"
+    sed -e "s|@NODE_ID@|$n|g" -e "s|@CONTROLLER_BOOTSTRAP@|$(IFS=,; echo "${controllers[*]}")|g" \
+        -e "s|@KAFKA_PORT@|${kport[n]}|g" -e "s|@CONTROLLER_PORT@|${cport[n]}|g" \
+        -e "s|@SECURE_PORT@|${sport[n]}|g" -e "s|@TLS_DIR@|$RUN/tls|g" -e "s|@TLS_PASSWORD@|$TLS_PASSWORD|g" \
+        -e "s|@SASL_USER@|$SECURE_USER|g" -e "s|@SASL_PASSWORD@|$secure_password|g" \
+        -e "s|@DATA_DIR@|$RUN/$name/data|g" -e "s|@METADATA_DIR@|$RUN/$name/meta|g" \
+        -e "s|@INTERNAL_REPLICATION@|$replication|g" -e "s|@INTERNAL_MIN_ISR@|$((replication == 3 ? 2 : 1))|g" \
+        "$DEPLOY/server.properties" >"$RUN/$name/server.properties"
+    [[ -z "${KAFKA_EXTRA_PROPERTIES:-}" ]] || tr ' ' '\n' <<<"$KAFKA_EXTRA_PROPERTIES" >>"$RUN/$name/server.properties"
+    "$0" kafka-class kafka.tools.StorageTool format "${quorum[@]}" -t "$cluster_id" \
+      -c "$RUN/$name/server.properties" --add-scram "SCRAM-SHA-512=[name=$SECURE_USER,password=$secure_password]" \
+      >"$LOGS/$name-format.log" 2>&1 &
+  done
+  for ((n = 1; n <= nodes; n++)); do
+    wait -n || { cat "$LOGS"/kafka*-format.log >&2; die "formatting Kafka storage failed"; }
+  done
 
-  # A KRaft cluster id is 16 random bytes in unpadded URL-safe base64 (what
-  # `kafka-storage.sh random-uuid` prints); Kafka rejects ids starting with '-'.
-  local cluster_id t0=$SECONDS
-  cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
-  cluster_id="A${cluster_id:1}"
-  log "formatting KRaft storage (cluster $cluster_id)..."
-  "$0" kafka-class kafka.tools.StorageTool format --standalone -t "$cluster_id" \
-    -c "$RUN/kafka/server.properties" --add-scram "SCRAM-SHA-512=[name=$SECURE_USER,password=$secure_password]" \
-    >"$LOGS/kafka-format.log" 2>&1 \
-    || { cat "$LOGS/kafka-format.log" >&2; die "formatting Kafka storage failed"; }
-
-  # Both JVMs start together (they don't depend on each other) to save time.
-  log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller :$CONTROLLER_PORT)..."
-  : >"$LOGS/kafka.log"
-  launch_kafka
+  # The JVMs start together (they don't depend on each other) to save time.
+  for ((n = 1; n <= nodes; n++)); do
+    name="$(node_name "$n")"
+    log "starting Kafka node $n on 127.0.0.1:${kport[n]} (controller :${cport[n]})..."
+    : >"$LOGS/$name.log"
+    launch_kafka "$n"
+  done
 
   log "starting Apicurio Registry on 127.0.0.1:$REGISTRY_PORT, and one on https://127.0.0.1:$SECURE_REGISTRY_PORT..."
   launch_registry registry -Dquarkus.http.port="$REGISTRY_PORT"
@@ -259,19 +444,27 @@ start() {
     -Dquarkus.security.users.embedded.users."$SECURE_USER"="$secure_password" \
     -Dquarkus.http.auth.permission.all.paths='/*' -Dquarkus.http.auth.permission.all.policy=authenticated
 
-  wait_for kafka kafka_ready
+  for ((n = 1; n <= nodes; n++)); do wait_for "$(node_name "$n")" kafka_ready "$n"; done
   log "Kafka ready after $((SECONDS - t0)) s"
   wait_for registry registry_ready
   wait_for registry-secure secure_registry_ready
   log "Apicurio Registry ready after $((SECONDS - t0)) s"
 
-  printf 'VIGIL_BOOTSTRAP_SERVERS=127.0.0.1:%s\nVIGIL_SCHEMA_REGISTRY_URL=%s\n' \
-    "$KAFKA_PORT" "$REGISTRY_URL" >"$ENV_FILE"
-  # The SECURE listener (SASL_SSL), the secured registry, and what a client needs.
-  printf 'VIGIL_SECURE_BOOTSTRAP_SERVERS=127.0.0.1:%s\nVIGIL_SECURE_REGISTRY_URL=%s\n' \
-    "$SECURE_PORT" "$SECURE_REGISTRY_URL" >>"$ENV_FILE"
-  printf 'VIGIL_SECURE_CA_LOCATION=%s\nVIGIL_SECURE_USERNAME=%s\nVIGIL_SECURE_PASSWORD=%s\n' \
-    "$RUN/tls/ca.pem" "$SECURE_USER" "$secure_password" >>"$ENV_FILE"
+  {
+    printf 'VIGIL_BOOTSTRAP_SERVERS=%s\nVIGIL_SCHEMA_REGISTRY_URL=%s\n' \
+      "$(IFS=,; echo "${bootstrap[*]}")" "$REGISTRY_URL"
+    # The SECURE listener (SASL_SSL), the secured registry, and what a client needs.
+    printf 'VIGIL_SECURE_BOOTSTRAP_SERVERS=%s\nVIGIL_SECURE_REGISTRY_URL=%s\n' \
+      "$(IFS=,; echo "${secure_bootstrap[*]}")" "$SECURE_REGISTRY_URL"
+    printf 'VIGIL_SECURE_CA_LOCATION=%s\nVIGIL_SECURE_USERNAME=%s\nVIGIL_SECURE_PASSWORD=%s\n' \
+      "$RUN/tls/ca.pem" "$SECURE_USER" "$secure_password"
+    # The nodes, for the node commands and for tests that fault one of them.
+    printf 'VIGIL_BROKERS=%s\n' "$nodes"
+    for ((n = 1; n <= nodes; n++)); do
+      printf 'VIGIL_BROKER_%s_PORT=%s\nVIGIL_BROKER_%s_SECURE_PORT=%s\nVIGIL_BROKER_%s_CONTROLLER_PORT=%s\n' \
+        "$n" "${kport[n]}" "$n" "${sport[n]}" "$n" "${cport[n]}"
+    done
+  } >"$ENV_FILE"
   chmod 600 "$ENV_FILE"
   log "stack is up; env written to $ENV_FILE"
   show_env
@@ -284,19 +477,30 @@ stop_one() {
   alive "$name" || return 0
   [[ "${2:-}" == quiet ]] || log "stopping $name (pid $pid)..."
   kill -TERM "$pid" 2>/dev/null || true
+  kill -CONT "$pid" 2>/dev/null || true  # a frozen node must run to stop
   for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
   log "$name did not stop within 30 s, killing it"
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Every node's name that has a pid file, node 1 first.
+node_names() {
+  local f
+  for f in "$RUN"/kafka.pid "$RUN"/kafka-*.pid; do [[ -f "$f" ]] && basename "$f" .pid; done
+  true
+}
+
 stop_all() {
-  stop_one registry "${1:-}" & stop_one registry-secure "${1:-}" & stop_one kafka "${1:-}" & wait
+  local name
+  stop_one registry "${1:-}" & stop_one registry-secure "${1:-}" &
+  for name in $(node_names); do stop_one "$name" "${1:-}" & done
+  wait
   rm -rf "$RUN" "$ENV_FILE"
 }
 
 status() {
   local rc=0 name
-  for name in kafka registry registry-secure; do
+  for name in $(node_names) registry registry-secure; do
     if alive "$name"; then echo "$name: running (pid $(pid_of "$name"))"; else echo "$name: stopped"; rc=3; fi
   done
   [[ -f "$ENV_FILE" ]] && show_env
@@ -310,5 +514,19 @@ case "${1:-}" in
   status) status ;;
   fetch) fetch ;;
   kafka-class) shift; [[ $# -ge 1 ]] || die "usage: $0 kafka-class <main-class> [args...]"; kafka_class "$@" ;;
-  *) echo "usage: $0 {start|stop|restart-kafka [crash]|status|fetch|kafka-class <main-class> [args...]}" >&2; exit 2 ;;
+  node-kill) node_arg "${2:-}"; kill_node "$2"; log "$(node_name "$2") (node $2) killed" ;;
+  node-start) node_arg "${2:-}"; start_node "$2" ;;
+  node-restart) node_arg "${2:-}"; restart_kafka "${3:-}" "$2" ;;
+  node-freeze) node_arg "${2:-}"; alive "$(node_name "$2")" || die "node $2 is not running"; kill -STOP "$(pid_of "$(node_name "$2")")" ;;
+  node-thaw) node_arg "${2:-}"; alive "$(node_name "$2")" || die "node $2 is not running"; kill -CONT "$(pid_of "$(node_name "$2")")" ;;
+  node-wipe) node_arg "${2:-}"; wipe_node "$2" ;;
+  node-pid) node_arg "${2:-}"; alive "$(node_name "$2")" || die "node $2 is not running"; pid_of "$(node_name "$2")" ;;
+  leader) shift; leader "$@" ;;
+  txn-coordinator) shift; txn_coordinator "$@" ;;
+  group-coordinator) shift; group_coordinator "$@" ;;
+  under-replicated) under_replicated ;;
+  *) echo "usage: $0 {start|stop|restart-kafka [crash]|status|fetch|kafka-class <main-class> [args...]" >&2
+     echo "       |node-kill N|node-start N|node-restart N [crash]|node-freeze N|node-thaw N|node-wipe N|node-pid N" >&2
+     echo "       |leader TOPIC PARTITION|txn-coordinator ID|group-coordinator GROUP|under-replicated}" >&2
+     exit 2 ;;
 esac
