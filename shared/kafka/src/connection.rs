@@ -35,7 +35,7 @@ const REGISTRY_PASSWORD: &str = "VIGIL_SCHEMA_REGISTRY_PASSWORD";
 const REGISTRY_CA: &str = "VIGIL_SCHEMA_REGISTRY_CA_LOCATION";
 /// The librdkafka settings passed on: those of security, nothing that would change
 /// how Vigil's clients behave (their ids, isolation, transactions).
-const KAFKA_SETTINGS: [&str; 4] = ["security.protocol", "sasl.", "ssl.", "enable.ssl."];
+const KAFKA_SETTINGS: [&str; 5] = ["security.protocol", "sasl.", "ssl.", "enable.ssl.", "enable.sasl."];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectionError {

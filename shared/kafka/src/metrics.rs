@@ -24,6 +24,7 @@ pub struct MetricsRegistry {
     aborts: IntCounterVec,
     offset_corrections: IntCounterVec,
     redelivered: IntCounterVec,
+    unreadable_batches: IntCounterVec,
     commit_seconds: HistogramVec,
     hop_seconds: HistogramVec,
     last_commit: GaugeVec,
@@ -121,6 +122,12 @@ impl MetricsRegistry {
                 "Input records delivered again after they had been counted (skipped, not counted twice)",
                 &member,
             ),
+            unreadable_batches: counters(
+                "unreadable_batches_total",
+                "Record batches of an input the consumer could not read (a codec it lacks, or corrupt): their \
+                 partition makes no progress",
+                &member,
+            ),
             commit_seconds,
             hop_seconds,
             last_commit: gauges("last_commit_timestamp_seconds", "When the member last committed, unix seconds"),
@@ -197,6 +204,7 @@ impl MetricsRegistry {
             aborts: self.aborts.with_label_values(&l),
             offset_corrections: self.offset_corrections.with_label_values(&l),
             redelivered: self.redelivered.with_label_values(&l),
+            unreadable_batches: self.unreadable_batches.with_label_values(&l),
             commit_seconds: self.commit_seconds.with_label_values(&l),
             queued: self.hop_seconds.with_label_values(&[stage, member, "queued"]),
             processing: self.hop_seconds.with_label_values(&[stage, member, "processing"]),
@@ -250,6 +258,7 @@ pub struct MemberMetrics {
     pub aborts: IntCounter,
     pub offset_corrections: IntCounter,
     pub redelivered: IntCounter,
+    pub unreadable_batches: IntCounter,
     pub commit_seconds: Histogram,
     /// The parts of `vigil_record_hop_seconds`.
     pub queued: Histogram,

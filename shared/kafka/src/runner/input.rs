@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -22,6 +24,25 @@ use crate::produce;
 
 /// The most messages read in one turn of the loop (see `Runner::read_batch`).
 const POLL_BATCH: usize = 64;
+
+/// How often an unreadable record batch is written to the log.
+const UNREADABLE_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How long a member stays degraded after its last unreadable batch (the consumer
+/// retries one at every fetch, so a partition still stuck renews it at once).
+const UNREADABLE_HOLD: Duration = Duration::from_secs(30);
+
+/// Whether a consumer error says a record batch cannot be read: compressed with a
+/// codec this build lacks, or corrupt.
+fn unreadable_batch(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::{
+        BadCompression, BadMessage, InvalidMessage, InvalidRecord, NotImplemented, UnsupportedCompressionType,
+    };
+    let code = e.rdkafka_error_code();
+    matches!(
+        code,
+        Some(BadCompression | BadMessage | InvalidMessage | NotImplemented | UnsupportedCompressionType | InvalidRecord)
+    )
+}
 
 impl<S: Stage> Runner<S> {
     /// Reads what the consumer has, up to `POLL_BATCH` messages, waiting for the
@@ -47,6 +68,7 @@ impl<S: Stage> Runner<S> {
                 // member fails and its supervisor starts it with new clients.
                 Some(Err(e)) => match self.consumer.client().fatal_error() {
                     Some((_, reason)) => bail!("the consumer failed fatally: {reason} ({e})"),
+                    None if unreadable_batch(&e) => self.on_unreadable_batch(&e),
                     None => warn!(error = %e, "consumer error"),
                 },
                 None => break,
@@ -58,6 +80,34 @@ impl<S: Stage> Runner<S> {
             (0..self.batch_records).for_each(|_| self.metrics.processing.observe(processing));
         }
         Ok(())
+    }
+
+    /// A record batch the consumer cannot read (librdkafka names neither its topic nor
+    /// its partition): that partition makes no progress, so the member reports
+    /// degraded, counts it for the alert rule, and says how to fix it, at most once
+    /// every `UNREADABLE_LOG_EVERY` in the log (the consumer retries the batch at
+    /// every fetch).
+    fn on_unreadable_batch(&mut self, e: &KafkaError) {
+        self.unreadable_seen = Some(Instant::now());
+        self.metrics.unreadable_batches.inc();
+        self.metrics.degraded.set(1);
+        let why = format!(
+            "a record batch of an input partition cannot be read ({e}); the partition makes no progress. \
+             Vigil reads batches in none, gzip, snappy, lz4 and zstd: check the producer's compression.type; \
+             a corrupt batch is passed only by resetting the stage (`vigil reset STAGE --to-latest`, docs/operations.md), \
+             which skips all of its unread input"
+        );
+        if self.unreadable_logged.is_none_or(|at| at.elapsed() >= UNREADABLE_LOG_EVERY) {
+            self.unreadable_logged = Some(Instant::now());
+            warn!("{why}");
+        }
+        self.loop_health.degraded(why);
+    }
+
+    /// Whether an unreadable batch was met lately: a commit (which other partitions
+    /// still make) does not clear the member's degraded state then.
+    pub(super) fn unreadable_lately(&self) -> bool {
+        self.unreadable_seen.is_some_and(|at| at.elapsed() < UNREADABLE_HOLD)
     }
 
     /// Whether a source partition being read has records on the broker beyond what

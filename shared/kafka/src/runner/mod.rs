@@ -115,6 +115,9 @@ pub struct Runner<S: Stage> {
     /// Partitions delivering records counted already: warned about once, until the
     /// next record to count comes.
     redelivered: FxHashSet<Slot>,
+    /// When an unreadable record batch was last met, and last written to the log.
+    unreadable_seen: Option<Instant>,
+    unreadable_logged: Option<Instant>,
     /// The last poll found nothing: everything fetched so far has been processed.
     drained: bool,
     /// The last poll found nothing, and no source partition has records waiting on
@@ -188,6 +191,8 @@ impl<S: Stage> Runner<S> {
             written,
             idle_check: IdleCheck::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
             redelivered: FxHashSet::default(),
+            unreadable_seen: None,
+            unreadable_logged: None,
             commit_policy: CommitPolicy::new(settings.commit_interval),
             settings,
             metrics,

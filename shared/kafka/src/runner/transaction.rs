@@ -82,8 +82,10 @@ impl<S: Stage> Runner<S> {
                     (0..records).for_each(|_| self.metrics.commit_wait.observe(wait));
                 }
                 self.metrics.committed_now();
-                self.metrics.degraded.set(0);
-                self.loop_health.recovered();
+                if !self.unreadable_lately() {
+                    self.metrics.degraded.set(0);
+                    self.loop_health.recovered();
+                }
                 let state_bytes = batch.changelog_bytes();
                 self.metrics.changelog_records.inc_by(batch.changelog.len() as u64);
                 self.metrics.changelog_bytes.inc_by(state_bytes);
