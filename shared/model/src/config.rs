@@ -3,7 +3,8 @@
 //!
 //! Naming: the TOML key is the seed's parameter name in lower case, inside the section
 //! of the seed file it lives in (`[join]` = enrichment.py, `[payments]` = job.py,
-//! `[devices]` = devices.py, `[health]` = health.py), plus `[runtime]`. The
+//! `[devices]` = devices.py, `[health]` = health.py), plus `[runtime]` and `[topics]`
+//! (the Kafka runtime's). The
 //! environment variable is `VIGIL_<SECTION>_<KEY>` in upper case, e.g.
 //! `VIGIL_JOIN_JOIN_WINDOW_SECONDS=15` or `VIGIL_HEALTH_MAX_FAULTS_PER_WINDOW=6`.
 
@@ -12,6 +13,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::time::Millis;
+
+mod topics;
+pub use topics::{TopicsConfig, COMPRESSIONS};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -22,6 +26,7 @@ pub struct Config {
     pub health: HealthConfig,
     pub retention: RetentionConfig,
     pub runtime: RuntimeConfig,
+    pub topics: TopicsConfig,
     /// `[kafka]` and `[schema_registry]`: the security settings of the Kafka runtime's
     /// clients, read by its `connection` module from the same file. Not the seed's
     /// parameters, and never printed: they hold secrets.
@@ -184,7 +189,7 @@ impl Default for RuntimeConfig {
     }
 }
 
-const SECTIONS: [&str; 6] = ["join", "payments", "devices", "health", "retention", "runtime"];
+const SECTIONS: [&str; 7] = ["join", "payments", "devices", "health", "retention", "runtime", "topics"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -262,6 +267,9 @@ impl Config {
         ];
         if let Some((name, value)) = non_negative.iter().find(|(_, v)| v.is_nan() || *v < 0.0) {
             return invalid(format!("{name} must be 0 or more, got {value}"));
+        }
+        if let Some(problem) = self.topics.problem() {
+            return invalid(problem);
         }
         Ok(())
     }

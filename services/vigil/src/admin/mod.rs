@@ -15,7 +15,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::BaseConsumer;
 use vigil_kafka::codec::Codec;
 use vigil_kafka::connection;
-use vigil_kafka::topics::{self, Provisioned};
+use vigil_kafka::topics::{self, Provisioned, Replication};
 use vigil_model::topology::Topology;
 use vigil_model::Config;
 use vigil_operators::SeedPipeline;
@@ -34,9 +34,10 @@ pub struct Connection {
 pub struct ProvisionArgs {
     #[command(flatten)]
     connection: Connection,
-    /// Replication factor of new topics.
-    #[arg(long, default_value_t = 1)]
-    replication: i32,
+    /// Replication factor of new topics (else `topics.replication_factor`: three, or
+    /// the broker count if fewer).
+    #[arg(long)]
+    replication: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -81,10 +82,30 @@ pub fn provision(args: ProvisionArgs) -> Result<()> {
         connection::client_config(bootstrap_servers).create().context("cannot create the Kafka admin client")?;
     let topology = topology();
     let partitions = config.runtime.partitions;
-    let report = topics::provision(&admin, &reader(bootstrap_servers)?, &topology, partitions, args.replication)?;
+    let reader = reader(bootstrap_servers)?;
+    let mut wanted = config.topics.clone();
+    wanted.replication_factor = args.replication.unwrap_or(wanted.replication_factor);
+    let replication = Replication::for_cluster(&reader, &wanted)?;
+    let report = topics::provision(&admin, &reader, &topology, partitions, replication)?;
+    let mut differing = false;
     for (topic, outcome) in report {
-        let what = if outcome == Provisioned::Created { "created" } else { "already there" };
-        println!("topic {topic}: {what} ({partitions} partitions)");
+        match outcome {
+            Provisioned::Created => println!(
+                "topic {topic}: created ({partitions} partitions, replication {}{})",
+                replication.factor,
+                replication.min_insync.map(|n| format!(", min.insync.replicas {n}")).unwrap_or_default()
+            ),
+            Provisioned::AlreadyThere { differences } if differences.is_empty() => {
+                println!("topic {topic}: already there ({partitions} partitions)")
+            }
+            Provisioned::AlreadyThere { differences } => {
+                differing = true;
+                println!("topic {topic}: already there, with other settings: {}", differences.join("; "))
+            }
+        }
+    }
+    if differing {
+        eprintln!("{}", topics::DIFFERENCES_ADVICE);
     }
     for (subject, id) in Codec::new(schema_registry_url)?.register(&topology.topics())? {
         println!("schema {subject}: id {id}");

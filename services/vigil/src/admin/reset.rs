@@ -64,10 +64,14 @@ pub fn run(args: ResetArgs, config: &Config) -> Result<()> {
         return dry_run(&admin, &plan);
     }
     admin.ensure_stopped(&plan)?.iter().for_each(|line| println!("{line}"));
-    let recreate = Recreate { partitions: config.runtime.partitions, replication: args.replication };
+    let recreate = Recreate {
+        partitions: config.runtime.partitions,
+        topics: config.topics.clone(),
+        replication: args.replication,
+    };
     for action in plan.actions() {
         let outcome = admin
-            .apply(&action, recreate)
+            .apply(&action, &recreate)
             .with_context(|| format!("{action} (the reset stopped here; it is safe to run again)"))?;
         println!("{action}: {outcome}");
     }

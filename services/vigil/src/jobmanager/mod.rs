@@ -33,7 +33,7 @@ use vigil_kafka::codec::Codec;
 use vigil_kafka::metrics::now_ms;
 use vigil_kafka::observe;
 use vigil_kafka::runner::Common;
-use vigil_kafka::topics;
+use vigil_kafka::topics::{self, Provisioned, Replication};
 
 use vigil_model::topology::Topology;
 use vigil_operators::SeedPipeline;
@@ -49,9 +49,10 @@ pub struct Args {
     /// Address of the dashboard, the REST API and /metrics.
     #[arg(long, env = "VIGIL_JOBMANAGER_ADDR", default_value = "127.0.0.1:8081")]
     addr: SocketAddr,
-    /// Replication factor of the topics it creates.
-    #[arg(long, env = "VIGIL_REPLICATION_FACTOR", default_value_t = 1)]
-    replication: i32,
+    /// Replication factor of the topics it creates (else `topics.replication_factor`:
+    /// three, or the broker count if fewer).
+    #[arg(long, env = "VIGIL_REPLICATION_FACTOR")]
+    replication: Option<u32>,
 }
 
 /// How often the consumer lag is read from the broker.
@@ -90,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Provisions, then keeps the lag and the live pane up to date, until shutdown.
-fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown: &AtomicBool) {
+fn background(jm: &Arc<JobManager>, common: &Common, replication: Option<u32>, shutdown: &AtomicBool) {
     while !shutdown.load(Ordering::SeqCst) {
         match provision(common, &jm.topology, replication) {
             Ok(()) => break,
@@ -145,15 +146,25 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: i32, shutdown:
 }
 
 /// Every topic and every schema, as `vigil provision` does.
-fn provision(common: &Common, topology: &Topology, replication: i32) -> anyhow::Result<()> {
+fn provision(common: &Common, topology: &Topology, replication: Option<u32>) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = connection::client_config(&common.bootstrap_servers)
         .create()
         .context("cannot create the Kafka admin client")?;
     let consumer: BaseConsumer =
         connection::client_config(&common.bootstrap_servers).create().context("cannot create a Kafka client")?;
+    let mut wanted = common.config.topics.clone();
+    wanted.replication_factor = replication.unwrap_or(wanted.replication_factor);
+    let replication = Replication::for_cluster(&consumer, &wanted)?;
     let report = topics::provision(&admin, &consumer, topology, common.config.runtime.partitions, replication)?;
-    let created = report.iter().filter(|(_, p)| *p == topics::Provisioned::Created).count();
-    info!(created, existing = report.len() - created, "topics provisioned");
+    let created = report.iter().filter(|(_, p)| *p == Provisioned::Created).count();
+    for (topic, outcome) in &report {
+        if let Provisioned::AlreadyThere { differences } = outcome {
+            if !differences.is_empty() {
+                warn!(topic, differences = differences.join("; "), "{}", topics::DIFFERENCES_ADVICE);
+            }
+        }
+    }
+    info!(created, existing = report.len() - created, replication = replication.factor, "topics provisioned");
     let schemas = Codec::new(&common.registry_url)?.register(&topology.topics())?;
     info!(schemas = schemas.len(), "schemas registered");
     Ok(())

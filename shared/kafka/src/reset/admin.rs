@@ -13,15 +13,19 @@ use vigil_model::topology::Topology;
 
 use super::{Action, Busy, Plan, Running};
 use crate::connection;
-use crate::topics::{self, Provisioned};
+use crate::topics::{self, Provisioned, Replication};
+use vigil_model::config::TopicsConfig;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the internal topics are created again.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Recreate {
     pub partitions: u32,
-    /// Replication factor; `None`: the one the deleted topics had (else 1).
+    /// How `[topics]` asks topics to be laid out.
+    pub topics: TopicsConfig,
+    /// Replication factor; `None`: the one the deleted topics had (else what
+    /// provisioning chooses for the cluster).
     pub replication: Option<i32>,
 }
 
@@ -85,7 +89,7 @@ impl Admin {
     }
 
     /// Does one action and says how it went.
-    pub fn apply(&mut self, action: &Action, recreate: Recreate) -> Result<String> {
+    pub fn apply(&mut self, action: &Action, recreate: &Recreate) -> Result<String> {
         match action {
             Action::DeleteGroup { group, .. } => self.delete_group(group),
             Action::CommitAtEnd { group, topic, .. } => self.commit_at_end(group, topic),
@@ -177,8 +181,12 @@ impl Admin {
 
     /// Provisioning creates every missing topic, the deleted ones among them, with the
     /// same settings as `vigil provision`.
-    fn create_topics(&self, internal: &[String], recreate: Recreate) -> Result<String> {
-        let replication = recreate.replication.or(self.replication_seen).unwrap_or(1);
+    fn create_topics(&self, internal: &[String], recreate: &Recreate) -> Result<String> {
+        let mut wanted = recreate.topics.clone();
+        if let Some(factor) = recreate.replication.or(self.replication_seen) {
+            wanted.replication_factor = factor as u32;
+        }
+        let replication = Replication::for_cluster(&self.client, &wanted)?;
         let report = topics::provision(&self.admin, &self.client, &self.topology, recreate.partitions, replication)?;
         let created: Vec<&str> =
             report.iter().filter(|(_, p)| *p == Provisioned::Created).map(|(t, _)| t.as_str()).collect();
@@ -188,7 +196,7 @@ impl Admin {
             bail!("topic {} was not created again; run the reset again", missing.join(", "));
         }
         let others: Vec<&str> = created.iter().copied().filter(|t| !internal.iter().any(|c| c == t)).collect();
-        let mut outcome = format!("created ({} partitions, replication {replication})", recreate.partitions);
+        let mut outcome = format!("created ({} partitions, replication {})", recreate.partitions, replication.factor);
         if !others.is_empty() {
             outcome.push_str(&format!("; also created missing topic {}", others.join(", ")));
         }
