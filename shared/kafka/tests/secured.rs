@@ -1,6 +1,6 @@
 //! Vigil on a secured deployment: every process (services, generator, admin) reaches
 //! the broker on its SASL_SSL listener (TLS with a certificate of the local stack's
-//! own CA, SCRAM-SHA-512 or PLAIN; set by variables) and the schema registry over https with
+//! own CA, SCRAM-SHA-512, PLAIN or OAUTHBEARER; set by variables) and the schema registry over https with
 //! basic auth (set in the configuration file), and gives the embedded runtime's
 //! output. A wrong password is an error that says so, the service stays up and keeps
 //! trying, and no secret reaches a log or /metrics. Ignored by a plain `cargo test`;
@@ -16,6 +16,13 @@ use vigil_datagen::Dataset;
 const RUN_PREFIX: &str = "secured-";
 /// The broker's other SASL mechanism, for the same user.
 const PLAIN: &[(&str, &str)] = &[("VIGIL_KAFKA_SASL_MECHANISM", "PLAIN")];
+/// OAUTHBEARER with an unsecured JWT that librdkafka makes itself (no identity
+/// provider), which the local stack's broker takes (Kafka's unsecured validator).
+const OAUTHBEARER: &[(&str, &str)] = &[
+    ("VIGIL_KAFKA_SASL_MECHANISM", "OAUTHBEARER"),
+    ("VIGIL_KAFKA_ENABLE_SASL_OAUTHBEARER_UNSECURE_JWT", "true"),
+    ("VIGIL_KAFKA_SASL_OAUTHBEARER_CONFIG", "principal=vigil"),
+];
 
 fn password() -> String {
     std::env::var("VIGIL_SECURE_PASSWORD").expect("VIGIL_SECURE_PASSWORD: run the Kafka tests through scripts/test.sh")
@@ -36,9 +43,10 @@ fn assert_no_secret(services: &[Running], secrets: &[&str]) {
 fn the_planted_dataset_through_a_secured_broker_and_registry_gives_the_embedded_result() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::fresh_secured(RUN_PREFIX);
-    // The stack's SCRAM-SHA-512 for some services, PLAIN for the others.
+    // The stack's SCRAM-SHA-512 for some services, PLAIN or OAUTHBEARER for the others.
     let services = stack.spawn_all_with(|s| match s {
         "payment-metrics" | "device-router" | "health-monitor" => PLAIN,
+        "payment-anomalies" => OAUTHBEARER,
         _ => &[],
     });
     let dir = std::env::temp_dir().join(format!("vigil-kafka-test-{}", stack.run));
