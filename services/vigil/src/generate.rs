@@ -8,7 +8,8 @@
 //!   seed's `generate_stream.py` does. Orders and payments streamed with one seed
 //!   agree: payment i pays order i;
 //! - `--kafka [--input DIR | --scale N] [--rate R]`: a dataset (a folder, or the
-//!   built-in planted one) produced to the input topics as Avro, the three streams
+//!   built-in planted one) produced to the input topics as Avro (or plain JSON with
+//!   `--encoding json`, compressed with `--compression`), the three streams
 //!   interleaved by event time, then an end-of-input marker on every partition
 //!   (unless `--no-finish`) so every window fires;
 //! - `--kafka --live [--rate R]`: normal traffic to the input topics without end,
@@ -24,7 +25,7 @@ use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
 use vigil_ingest::{Line, MergedInput, StreamReader};
 use vigil_kafka::metrics::now_ms;
-use vigil_kafka::produce::{InputProducer, Keying};
+use vigil_kafka::produce::{Encoding, InputProducer, Keying};
 use vigil_model::{InputRecord, Millis, Source};
 
 #[derive(Debug, clap::Args)]
@@ -69,6 +70,13 @@ pub struct Args {
     /// another partition than their join key's; the stages re-key them).
     #[arg(long, value_enum, default_value_t = Keying::Join, requires = "kafka")]
     keys: Keying,
+    /// With --kafka: how values are written (`json`: plain JSON objects, as the seed's
+    /// generator writes them; the stages read either, record by record).
+    #[arg(long, value_enum, default_value_t = Encoding::Avro, requires = "kafka")]
+    encoding: Encoding,
+    /// With --kafka: the codec of the record batches (none, gzip, snappy, lz4, zstd).
+    #[arg(long, default_value = "none", requires = "kafka")]
+    compression: String,
     /// With --kafka: produce nothing if the input topics already hold records (a demo
     /// that runs at every start must not replay its dataset into the past).
     #[arg(long, requires = "kafka")]
@@ -119,8 +127,10 @@ pub fn run(args: Args) -> Result<()> {
 
 /// A dataset (or live traffic) to the input topics.
 fn produce(args: &Args) -> Result<()> {
-    let producer =
-        InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?.keyed(args.keys);
+    let producer = InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?
+        .keyed(args.keys)
+        .encoded(args.encoding)
+        .compressed(&args.compression)?;
     if args.if_empty {
         let held = producer.records_in_inputs()?;
         if held > 0 {

@@ -35,3 +35,40 @@ impl ReadRecord for Decoding<'_> {
         Ok(record)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use vigil_model::topology::{DEVICE_EVENTS, ORDERS};
+    use vigil_model::{DeviceEvent, Order};
+
+    use super::*;
+
+    /// No registry is asked: a JSON value needs none.
+    fn codec() -> Codec {
+        Codec::new("http://127.0.0.1:9").unwrap()
+    }
+
+    #[test]
+    fn a_plain_json_value_is_read_as_the_seed_writes_it() {
+        let line = br#" {"order_id": "order-1", "customer_id": "cust-1", "order_amount": 12.5, "order_ts": 1700000000000, "country": "DE"}"#;
+        let order: Order = Decoding::new(&codec(), &ORDERS, line).read().unwrap();
+        assert_eq!((order.order_id.as_str(), order.order_amount, order.order_ts), ("order-1", 12.5, 1_700_000_000_000));
+    }
+
+    #[test]
+    fn json_that_does_not_fit_its_stream_or_breaks_a_rule_is_undecodable_with_the_reason() {
+        let wrong = br#"{"device_id": "d", "site_id": "s", "event_type": "explosion", "status": "ok", "event_ts": 1}"#;
+        let err = Decoding::new(&codec(), &DEVICE_EVENTS, wrong).read::<DeviceEvent>().unwrap_err().to_string();
+        assert!(err.starts_with("not a valid device-events record (JSON): unknown variant `explosion`"), "{err}");
+        let negative =
+            br#"{"order_id": "o", "customer_id": "c", "order_amount": -1.0, "order_ts": 1, "country": "DE"}"#;
+        let err = Decoding::new(&codec(), &ORDERS, negative).read::<Order>().unwrap_err().to_string();
+        assert!(err.contains("order_amount"), "{err}");
+    }
+
+    #[test]
+    fn a_value_that_is_neither_json_nor_framed_avro_is_undecodable() {
+        let err = Decoding::new(&codec(), &ORDERS, b"order-1,cust-1,12.5").read::<Order>().unwrap_err();
+        assert!(matches!(err, CodecError::Decode(_)), "{err}");
+    }
+}

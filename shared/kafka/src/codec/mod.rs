@@ -159,10 +159,17 @@ impl Codec {
         Ok(unwrap_union(decoded.value))
     }
 
-    /// A value of `topic`'s records as `T`. The first value under each schema id
-    /// goes the generic way, which also learns whether the id is `topic`'s own
-    /// schema; the rest of that id's values are then read straight through serde.
+    /// A value of `topic`'s records as `T`: a plain JSON object with the seed's field
+    /// names (as the seed's generator writes its streams), or Avro in the Confluent
+    /// wire format, told apart by their first byte. Of Avro, the first value under
+    /// each schema id goes the generic way, which also learns whether the id is
+    /// `topic`'s own schema; the rest of that id's values are then read straight
+    /// through serde.
     pub fn decode<T: DeserializeOwned>(&self, topic: &'static Topic, payload: &[u8]) -> Result<T, CodecError> {
+        if is_json_object(payload) {
+            return serde_json::from_slice(payload)
+                .map_err(|e| CodecError::Decode(format!("not a valid {} record (JSON): {e}", topic.name)));
+        }
         if let Some(id) = schema_id(payload) {
             match self.read_ids.read().expect("read ids").get(&id) {
                 Some(Some(own)) => {
@@ -193,6 +200,12 @@ impl Encode for Codec {
     fn encode<T: vigil_model::Record>(&self, topic: &'static Topic, record: &T) -> Result<Vec<u8>, CodecError> {
         Codec::encode(self, topic, record)
     }
+}
+
+/// Whether a value is a JSON object rather than Confluent-framed Avro (whose first
+/// byte is 0): its first byte other than white space is `{`.
+pub fn is_json_object(payload: &[u8]) -> bool {
+    payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// A value of a top-level union schema comes back wrapped in its branch.

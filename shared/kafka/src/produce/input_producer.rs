@@ -1,5 +1,5 @@
 //! The input producer: records of the three input streams sent as Avro under their
-//! topics' schemas, keyed as asked, with patience for a broker or a schema registry
+//! topics' schemas (or as plain JSON), keyed and compressed as asked, with patience for a broker or a schema registry
 //! that is not up yet, and a flush that fails if any record was lost.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +16,7 @@ use tracing::warn;
 use vigil_model::topology::{Topic, DEVICE_EVENTS, ORDERS, PAYMENTS};
 use vigil_model::{DeviceEvent, InputRecord, Order, Payment, Source};
 
-use super::keying::{input_topics, topic_of, Keying};
+use super::keying::{input_topics, topic_of, Encoding, Keying};
 use super::reports::{self, Reports, Tally};
 use super::stall::Watch;
 use crate::codec::{Codec, CodecError};
@@ -49,6 +49,7 @@ pub struct InputProducer {
     codec: Codec,
     partitions: i32,
     keying: Keying,
+    encoding: Encoding,
 }
 
 impl InputProducer {
@@ -65,11 +66,26 @@ impl InputProducer {
             codec: Codec::new(registry_url)?,
             partitions: partitions as i32,
             keying: Keying::Join,
+            encoding: Encoding::Avro,
         })
     }
 
     pub fn keyed(self, keying: Keying) -> Self {
         InputProducer { keying, ..self }
+    }
+
+    pub fn encoded(self, encoding: Encoding) -> Self {
+        InputProducer { encoding, ..self }
+    }
+
+    /// Record batches compressed with `codec` (librdkafka's `compression.type`: none,
+    /// gzip, snappy, lz4 or zstd), as producers of other teams may send them.
+    pub fn compressed(mut self, codec: &str) -> Result<Self> {
+        self.config.set("compression.type", codec);
+        let client = reports::client(&self.config, &self.tally)
+            .with_context(|| format!("cannot make a producer that compresses with {codec}"))?;
+        *self.client.get_mut().expect("client") = client;
+        Ok(self)
     }
 
     /// Sends one NDJSON line of `source`. A line that is a record of the stream goes
@@ -87,14 +103,21 @@ impl InputProducer {
         }
     }
 
-    /// Sends one record as Avro, keyed as this producer keys.
+    /// Sends one record, encoded and keyed as this producer encodes and keys.
     pub fn send_record(&self, record: &InputRecord) -> Result<()> {
-        let (topic, value) = match record {
-            InputRecord::Order(o) => (&ORDERS, self.encode(&ORDERS, o)?),
-            InputRecord::Payment(p) => (&PAYMENTS, self.encode(&PAYMENTS, p)?),
-            InputRecord::Device(d) => (&DEVICE_EVENTS, self.encode(&DEVICE_EVENTS, d)?),
+        let (topic, value) = match (self.encoding, record) {
+            (Encoding::Json, InputRecord::Order(o)) => (&ORDERS, serde_json::to_vec(o)?),
+            (Encoding::Json, InputRecord::Payment(p)) => (&PAYMENTS, serde_json::to_vec(p)?),
+            (Encoding::Json, InputRecord::Device(d)) => (&DEVICE_EVENTS, serde_json::to_vec(d)?),
+            (Encoding::Avro, InputRecord::Order(o)) => (&ORDERS, self.encode(&ORDERS, o)?),
+            (Encoding::Avro, InputRecord::Payment(p)) => (&PAYMENTS, self.encode(&PAYMENTS, p)?),
+            (Encoding::Avro, InputRecord::Device(d)) => (&DEVICE_EVENTS, self.encode(&DEVICE_EVENTS, d)?),
         };
-        let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(&value);
+        self.send_value(record, topic, &value)
+    }
+
+    fn send_value(&self, record: &InputRecord, topic: &'static Topic, value: &[u8]) -> Result<()> {
+        let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(value);
         if let Some(key) = self.keying.key_of(record) {
             out = out.key(key);
         }

@@ -45,3 +45,13 @@ impl Keying {
         }
     }
 }
+
+/// How input record values are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Encoding {
+    /// Avro in the Confluent wire format, under the topic's registered schema.
+    #[default]
+    Avro,
+    /// A plain JSON object with the seed's field names, as the seed's generator writes.
+    Json,
+}

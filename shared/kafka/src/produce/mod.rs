@@ -14,6 +14,6 @@ mod reports;
 mod stall;
 
 pub use input_producer::InputProducer;
-pub use keying::{topic_of, Keying};
+pub use keying::{topic_of, Encoding, Keying};
 pub use queue::Kafka;
 pub(crate) use queue::{await_deliveries, send};
