@@ -25,8 +25,11 @@ use vigil_datagen::traffic::Traffic;
 use vigil_datagen::{Dataset, PLANTED_START_MS};
 use vigil_ingest::{Line, MergedInput, StreamReader};
 use vigil_kafka::metrics::now_ms;
+use vigil_kafka::names::Names;
 use vigil_kafka::produce::{Encoding, InputProducer, Keying};
-use vigil_model::{InputRecord, Millis, Source};
+use vigil_model::{Config, InputRecord, Millis, Source};
+use vigil_operators::SeedPipeline;
+use vigil_stream::Pipeline;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -98,7 +101,9 @@ enum StreamKind {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    vigil_kafka::connection::load(std::env::var_os("VIGIL_CONFIG").map(std::path::PathBuf::from).as_deref())?;
+    let file = std::env::var_os("VIGIL_CONFIG").map(std::path::PathBuf::from);
+    vigil_kafka::connection::load(file.as_deref())?;
+    let config = Config::load(file.as_deref(), std::env::vars())?;
     match (&args.out, args.stream) {
         (Some(dir), _) => {
             let written = match args.distinct_customers {
@@ -117,7 +122,7 @@ pub fn run(args: Args) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
             other => other.context("cannot write to stdout"),
         },
-        (None, None) if args.kafka => produce(&args),
+        (None, None) if args.kafka => produce(&args, Names::new(&config.topics, &SeedPipeline::default().topology())),
         (None, None) => bail!(
             "say what to generate: --out DIR for a dataset folder, --kafka for the input topics, \
              or --stream orders|payments|devices"
@@ -125,9 +130,10 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-/// A dataset (or live traffic) to the input topics.
-fn produce(args: &Args) -> Result<()> {
+/// A dataset (or live traffic) to the input topics, as `names` names them.
+fn produce(args: &Args, names: Names) -> Result<()> {
     let producer = InputProducer::new(&args.bootstrap_servers, &args.schema_registry_url, args.partitions)?
+        .named(names)
         .keyed(args.keys)
         .encoded(args.encoding)
         .compressed(&args.compression)?;

@@ -26,8 +26,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
 use tracing::{info, warn};
 
-use crate::topics::LEADERSHIP;
-
 struct LeaseContext {
     held: Arc<AtomicBool>,
 }
@@ -73,8 +71,9 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// Joins the election of the stage whose consumer group is `group`.
-    pub fn join(bootstrap_servers: &str, group: &str, member: &str) -> Result<Leadership> {
+    /// Joins the election of the stage whose consumer group is `group`, held on
+    /// `topic` (the leadership topic, in the pipeline's namespace).
+    pub fn join(bootstrap_servers: &str, topic: &str, group: &str, member: &str) -> Result<Leadership> {
         let held = Arc::new(AtomicBool::new(false));
         let consumer: BaseConsumer<LeaseContext> = connection::client_config(bootstrap_servers)
             .set("group.id", election_group(group))
@@ -86,7 +85,7 @@ impl Leadership {
             .set("heartbeat.interval.ms", "1000")
             .create_with_context(LeaseContext { held: held.clone() })
             .context("cannot create the leadership consumer")?;
-        consumer.subscribe(&[LEADERSHIP]).context("cannot join the leadership group")?;
+        consumer.subscribe(&[topic]).context("cannot join the leadership group")?;
         info!(group, member, "joined the election");
         Ok(Leadership {
             consumer,

@@ -14,6 +14,7 @@ pub mod group;
 pub mod inputs;
 pub mod marker_headers;
 pub mod metrics;
+pub mod names;
 pub mod observe;
 pub mod produce;
 pub mod reset;

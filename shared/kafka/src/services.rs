@@ -3,13 +3,15 @@
 //! (`vigil_operators::stages`) and this runtime, nothing more.
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Result;
-use vigil_model::topology::StageTopology;
+use vigil_model::topology::{StageTopology, Topology};
 use vigil_operators::SeedPipeline;
 use vigil_stream::{Pipeline, Stage, StageVisitor};
 
 use crate::inputs::Parallelism;
+use crate::names::Names;
 use crate::runner::{Observers, Runner};
 use crate::settings::{Common, Settings};
 
@@ -32,12 +34,15 @@ pub trait Service: Send + Sync {
     ) -> Result<()>;
 }
 
-/// A stage's definition as a [`Service`].
-struct StageService<S>(S);
+/// A stage's definition as a [`Service`], and the pipeline it is part of.
+struct StageService<S> {
+    stage: S,
+    pipeline: Arc<Topology>,
+}
 
 impl<S: Stage + Clone> Service for StageService<S> {
     fn topology(&self) -> StageTopology {
-        self.0.topology()
+        self.stage.topology()
     }
 
     fn run(
@@ -48,21 +53,22 @@ impl<S: Stage + Clone> Service for StageService<S> {
         observers: Observers,
         shutdown: &AtomicBool,
     ) -> Result<()> {
-        let topology = self.0.topology();
-        let settings = Settings::for_member(topology.name, Parallelism::of(&topology), member, group_id, common);
-        Runner::new(self.0.clone(), settings, observers)?.run(shutdown)
+        let topology = self.stage.topology();
+        let names = Names::new(&common.config.topics, &self.pipeline);
+        let settings = Settings::for_member(topology.name, Parallelism::of(&topology), member, group_id, common, names);
+        Runner::new(self.stage.clone(), settings, observers)?.run(shutdown)
     }
 }
 
 /// Every stage of `pipeline` as a service, upstream first.
 pub fn services<P: Pipeline>(pipeline: &P) -> Vec<Box<dyn Service>> {
-    struct Collect(Vec<Box<dyn Service>>);
+    struct Collect(Vec<Box<dyn Service>>, Arc<Topology>);
     impl StageVisitor for Collect {
         fn visit<S: Stage + Clone>(&mut self, stage: &S) {
-            self.0.push(Box::new(StageService(stage.clone())));
+            self.0.push(Box::new(StageService { stage: stage.clone(), pipeline: self.1.clone() }));
         }
     }
-    let mut collect = Collect(Vec::new());
+    let mut collect = Collect(Vec::new(), Arc::new(pipeline.topology()));
     pipeline.visit_stages(&mut collect);
     collect.0
 }

@@ -11,6 +11,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use vigil_model::config::TopicsConfig;
+
+use crate::names::Names;
 use vigil_model::topology::{self, Topology};
 pub use vigil_model::topology::{changelog, repartition, Topic};
 
@@ -46,18 +48,21 @@ pub struct TopicSpec {
     pub partitions: u32,
 }
 
-/// Every topic a pipeline uses, keyed topics with `partitions` partitions: the data
-/// topics, each stage's changelog and repartition topics, and the leadership topic.
-pub fn all_topics(topology: &Topology, partitions: u32) -> Vec<TopicSpec> {
-    let keyed = |name: String, compacted| TopicSpec { name, compacted, partitions };
+/// Every topic a pipeline uses, as `names` names them on the cluster, keyed topics
+/// with `partitions` partitions: the data topics and their copies between stages,
+/// each stage's changelog and repartition topics, and the leadership topic.
+pub fn all_topics(topology: &Topology, names: &Names, partitions: u32) -> Vec<TopicSpec> {
+    let keyed = |name: String, compacted| TopicSpec { name: names.of(&name), compacted, partitions };
     let repartitions = topology.stages.iter().flat_map(|s| topology::repartitions(s).map(|(_, name)| name));
+    let copies = names.copies().map(|name| TopicSpec { name, compacted: false, partitions });
     topology
         .topics()
         .iter()
         .map(|t| keyed(t.name.to_string(), false))
+        .chain(copies)
         .chain(topology.stages.iter().map(|s| keyed(changelog(s.name), true)))
         .chain(repartitions.map(|name| keyed(name, false)))
-        .chain([TopicSpec { name: LEADERSHIP.to_string(), compacted: false, partitions: 1 }])
+        .chain([TopicSpec { name: names.of(LEADERSHIP), compacted: false, partitions: 1 }])
         .collect()
 }
 
@@ -115,10 +120,11 @@ pub fn provision(
     admin: &AdminClient<DefaultClientContext>,
     consumer: &BaseConsumer,
     topology: &Topology,
+    names: &Names,
     partitions: u32,
     replication: Replication,
 ) -> Result<Vec<(String, Provisioned)>, TopicError> {
-    let specs = all_topics(topology, partitions);
+    let specs = all_topics(topology, names, partitions);
     let min_insync = replication.min_insync.map(|n| n.to_string());
     let topics: Vec<NewTopic> = specs
         .iter()

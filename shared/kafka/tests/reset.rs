@@ -248,7 +248,8 @@ fn reset_all_replays_a_finished_dataset_and_refuses_while_a_stage_runs() {
     }
     assert!(said.lines().last().unwrap().ends_with(": created (4 partitions, replication 1)"), "{said}");
     assert_eq!(stack.committed(&join_group, "orders"), 0, "the offsets are gone");
-    assert!(stack.committed(&stack.group("payment-metrics"), "enriched-payments") > 0, "skips the old run's output");
+    let read_from = "enriched-payments-between-stages";
+    assert!(stack.committed(&stack.group("payment-metrics"), read_from) > 0, "skips the old run's output");
 
     // The same records once more after the old ones: the whole input, processed
     // from the start with empty state. (The first run is checked against the embedded

@@ -251,7 +251,8 @@ fn a_stage_defined_in_a_test_gives_on_kafka_what_it_gives_embedded() {
     let admin = ClientConfig::new().set("bootstrap.servers", &plain).create().unwrap();
     let metadata: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &plain).create().unwrap();
     let replication = topics::Replication::for_cluster(&metadata, &Default::default()).unwrap();
-    topics::provision(&admin, &metadata, &pipeline.topology(), PARTITIONS as u32, replication).unwrap();
+    let names = vigil_kafka::names::Names::new(&Default::default(), &pipeline.topology());
+    topics::provision(&admin, &metadata, &pipeline.topology(), &names, PARTITIONS as u32, replication).unwrap();
     let seed = stack.spawn_all();
 
     // The toy runs in this process, as a taskmanager's slot runs a stage's member.

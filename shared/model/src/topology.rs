@@ -158,6 +158,12 @@ pub fn changelog(stage: &str) -> String {
     format!("{stage}-changelog")
 }
 
+/// The copy of a topic users read through which stages pass its records to each
+/// other, with their watermark markers (see [`Topology::read_by_users_and_stages`]).
+pub fn between_stages(topic: &str) -> String {
+    format!("{topic}-between-stages")
+}
+
 /// Where a stage re-keys the records of a source input that are not on the
 /// partition of their key.
 pub fn repartition(stage: &str, input: &str) -> String {
@@ -203,6 +209,14 @@ impl Topology {
         self.topics().into_iter().find(|t| t.name == name)
     }
 
+    /// The topics users read that stages read too: on Kafka, stages pass these to
+    /// each other through a copy ([`between_stages`]) that carries their watermark
+    /// markers, so users' readers get records only.
+    pub fn read_by_users_and_stages(&self) -> Vec<&'static Topic> {
+        let read_by_stages = |t: &Topic| self.stages.iter().any(|s| s.inputs.iter().any(|&(i, _)| i.is(t)));
+        self.topics().into_iter().filter(|t| t.tag.is_some() && !t.external && read_by_stages(t)).collect()
+    }
+
     /// The topics of results a user reads: those with a tag, dead letters aside.
     pub fn result_topics(&self) -> Vec<&'static Topic> {
         self.topics().into_iter().filter(|t| t.tag.is_some() && !t.is(&DEAD_LETTERS)).collect()
@@ -225,6 +239,15 @@ impl Topology {
                 self.writers(t).map(|s| s.name).collect::<Vec<_>>().join(", ")
             };
             table.push_str(&format!("| `{}` | {} | {written_by} |\n", t.name, t.key));
+        }
+        for t in self.read_by_users_and_stages() {
+            let writers = self.writers(t).map(|s| s.name).collect::<Vec<_>>().join(", ");
+            table.push_str(&format!(
+                "| `{}` | {} | {writers}: a copy of `{}` for the stages that read it, with the watermark markers |\n",
+                between_stages(t.name),
+                t.key,
+                t.name
+            ));
         }
         for s in &self.stages {
             for (input, name) in repartitions(s) {

@@ -15,6 +15,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::BaseConsumer;
 use vigil_kafka::codec::Codec;
 use vigil_kafka::connection;
+use vigil_kafka::names::Names;
 use vigil_kafka::topics::{self, Provisioned, Replication};
 use vigil_model::topology::Topology;
 use vigil_model::Config;
@@ -50,6 +51,12 @@ pub struct TailArgs {
     /// Stop after this many seconds without a new record (default: follow forever).
     #[arg(long)]
     idle_exit_secs: Option<u64>,
+    /// Where to start: beginning, end, or a time as epoch milliseconds.
+    #[arg(long, default_value = "beginning")]
+    from: tail::From,
+    /// Start each line with the record's partition, offset, timestamp and key.
+    #[arg(long)]
+    details: bool,
 }
 
 /// The pipeline the tools act on.
@@ -86,7 +93,8 @@ pub fn provision(args: ProvisionArgs) -> Result<()> {
     let mut wanted = config.topics.clone();
     wanted.replication_factor = args.replication.unwrap_or(wanted.replication_factor);
     let replication = Replication::for_cluster(&reader, &wanted)?;
-    let report = topics::provision(&admin, &reader, &topology, partitions, replication)?;
+    let names = Names::new(&config.topics, &topology);
+    let report = topics::provision(&admin, &reader, &topology, &names, partitions, replication)?;
     let mut differing = false;
     for (topic, outcome) in report {
         match outcome {
@@ -107,16 +115,19 @@ pub fn provision(args: ProvisionArgs) -> Result<()> {
     if differing {
         eprintln!("{}", topics::DIFFERENCES_ADVICE);
     }
-    for (subject, id) in Codec::new(schema_registry_url)?.register(&topology.topics())? {
+    for (subject, id) in Codec::new(schema_registry_url)?.named(names).register(&topology.topics())? {
         println!("schema {subject}: id {id}");
     }
     Ok(())
 }
 
 pub fn tail(args: TailArgs) -> Result<()> {
-    config()?;
+    let config = config()?;
     let Connection { bootstrap_servers, schema_registry_url } = &args.connection;
-    tail::run(&reader(bootstrap_servers)?, schema_registry_url, &topology(), &args.topics, args.idle_exit_secs)
+    let topology = topology();
+    let names = Names::new(&config.topics, &topology);
+    let options = tail::Options { from: args.from, details: args.details, idle_exit_secs: args.idle_exit_secs };
+    tail::run(&reader(bootstrap_servers)?, schema_registry_url, &topology, &names, &args.topics, &options)
 }
 
 pub fn reset(args: reset::ResetArgs) -> Result<()> {

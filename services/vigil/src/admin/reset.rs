@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
+use vigil_kafka::names::Names;
 use vigil_kafka::reset::{self, Admin, Options, Plan, Recreate, DEFAULT_GROUP};
 use vigil_model::Config;
 
@@ -54,12 +55,15 @@ pub struct ResetArgs {
 pub fn run(args: ResetArgs, config: &Config) -> Result<()> {
     let topology = topology();
     let names = if args.all { stage_names().into_iter().map(String::from).collect() } else { args.stages.clone() };
-    let options = Options { group_id: args.group_id.clone(), to_latest: args.to_latest };
+    let cluster = Names::new(&config.topics, &topology);
+    // The default groups are in the pipeline's namespace, as the stages take them.
+    let group_id = if args.group_id == DEFAULT_GROUP { cluster.of(DEFAULT_GROUP) } else { args.group_id.clone() };
+    let options = Options { group_id, to_latest: args.to_latest };
     let plan = reset::plan(&topology.stages, &names, &options)?;
     for warning in &plan.warnings {
         eprintln!("vigil reset: warning: {warning}");
     }
-    let mut admin = Admin::connect(&args.bootstrap_servers, topology)?;
+    let mut admin = Admin::connect(&args.bootstrap_servers, topology, cluster)?;
     if args.dry_run {
         return dry_run(&admin, &plan);
     }

@@ -69,7 +69,7 @@ pub fn jobs_overview(view: &JobView) -> Value {
     let tasks: usize = view.stages.iter().map(|s| s.view.tasks.len()).sum();
     json!({"jobs": [{
         "jid": view.job_id,
-        "name": "vigil",
+        "name": view.name,
         "state": job_state(view),
         "start-time": view.start_ms,
         "end-time": -1,
@@ -210,7 +210,7 @@ fn plan(view: &JobView) -> Value {
             })
         })
         .collect();
-    json!({"jid": view.job_id, "name": "vigil", "type": "STREAMING", "nodes": nodes})
+    json!({"jid": view.job_id, "name": view.name, "type": "STREAMING", "nodes": nodes})
 }
 
 fn parallelism(s: &StageEntry) -> usize {
@@ -241,7 +241,7 @@ pub fn job(view: &JobView) -> Value {
     let state = job_state(view);
     json!({
         "jid": view.job_id,
-        "name": "vigil",
+        "name": view.name,
         "isStoppable": false,
         "state": state,
         "job-type": "STREAMING",

@@ -11,7 +11,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use vigil_model::topology::StageTopology;
+use vigil_kafka::names::Names;
+use vigil_model::topology::{EventTime, StageTopology, Topic};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -29,16 +30,26 @@ impl StageLag {
     }
 }
 
+/// Where a stage reads `topic` on the cluster: an upstream stage's output from its
+/// copy between stages, if it has one.
+fn read_from(names: &Names, topic: &'static Topic, time: EventTime) -> String {
+    match time {
+        EventTime::Upstream => names.between_stages(topic.name),
+        EventTime::Source(_) => names.of(topic.name),
+    }
+}
+
 pub struct LagProbe {
-    /// One client per stage, holding the stage's group id (it never joins the group).
-    groups: Vec<(String, Vec<String>, BaseConsumer<QuietEof>)>,
+    /// One client per stage, holding the stage's group id (it never joins the group),
+    /// with the stage's inputs: each by its name in the pipeline and on the cluster.
+    groups: Vec<(String, Vec<(String, String)>, BaseConsumer<QuietEof>)>,
     /// Reads the first waiting record of a partition, for its timestamp.
     peek: BaseConsumer<QuietEof>,
     partitions: i32,
 }
 
 impl LagProbe {
-    pub fn new(bootstrap: &str, topology: &[StageTopology], partitions: u32) -> Result<LagProbe> {
+    pub fn new(bootstrap: &str, topology: &[StageTopology], names: &Names, partitions: u32) -> Result<LagProbe> {
         let client = |group: &str, eof: bool| -> Result<BaseConsumer<QuietEof>> {
             connection::client_config(bootstrap)
                 .set("group.id", group)
@@ -53,11 +64,12 @@ impl LagProbe {
         let groups = topology
             .iter()
             .map(|s| {
-                let inputs = s.inputs.iter().map(|(t, _)| t.name.to_string()).collect();
-                Ok((s.name.to_string(), inputs, client(&format!("vigil-{}", s.name), false)?))
+                let inputs =
+                    s.inputs.iter().map(|&(t, time)| (t.name.to_string(), read_from(names, t, time))).collect();
+                Ok((s.name.to_string(), inputs, client(&names.of(&format!("vigil-{}", s.name)), false)?))
             })
             .collect::<Result<_>>()?;
-        Ok(LagProbe { groups, peek: client("vigil-jobmanager-lag", true)?, partitions: partitions as i32 })
+        Ok(LagProbe { groups, peek: client(&names.of("vigil-jobmanager-lag"), true)?, partitions: partitions as i32 })
     }
 
     pub fn measure(&self, now_ms: i64) -> Result<BTreeMap<String, StageLag>> {
@@ -65,16 +77,16 @@ impl LagProbe {
         let mut report = BTreeMap::new();
         for (stage, inputs, group) in &self.groups {
             let mut tpl = TopicPartitionList::new();
-            for topic in inputs {
+            for (_, topic) in inputs {
                 for p in 0..self.partitions {
                     tpl.add_partition(topic, p);
                 }
             }
             let committed = group
                 .committed_offsets(tpl, TIMEOUT)
-                .with_context(|| format!("cannot read the committed offsets of `vigil-{stage}`"))?;
+                .with_context(|| format!("cannot read the committed offsets of stage {stage}'s group"))?;
             let mut lag = StageLag::default();
-            for topic in inputs {
+            for (shown, topic) in inputs {
                 let mut waiting = Vec::new();
                 for p in 0..self.partitions {
                     let key = (topic.clone(), p);
@@ -98,7 +110,7 @@ impl LagProbe {
                     }
                 }
                 let (records, oldest_ms) = self.oldest_waiting(topic, &waiting)?;
-                lag.records.insert(topic.clone(), records);
+                lag.records.insert(shown.clone(), records);
                 if let Some(ts) = oldest_ms {
                     lag.seconds = lag.seconds.max((now_ms - ts).max(0) as f64 / 1000.0);
                 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vigil_kafka::connection;
+use vigil_kafka::names::Names;
 
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -104,21 +105,22 @@ pub fn follow(
     bootstrap: &str,
     registry_url: &str,
     topology: &Topology,
+    names: &Names,
     live: &Live,
     metrics: &JobMetrics,
     shutdown: &AtomicBool,
 ) -> Result<()> {
     let consumer: BaseConsumer = connection::client_config(bootstrap)
-        .set("group.id", "vigil-jobmanager-live")
+        .set("group.id", names.of("vigil-jobmanager-live"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("fetch.wait.max.ms", "100")
         .create()
         .context("cannot create the live pane's consumer")?;
     let codec = Codec::new(registry_url)?;
-    let followed = topics(topology);
+    let followed: Vec<(&'static Topic, String)> = topics(topology).into_iter().map(|t| (t, names.of(t.name))).collect();
     let mut tpl = TopicPartitionList::new();
-    for name in followed.iter().map(|t| t.name) {
+    for (_, name) in &followed {
         let partitions = topics::partition_count(&consumer, name)? as i32;
         for p in 0..partitions {
             let (low, high) = consumer.fetch_watermarks(name, p, Duration::from_secs(10))?;
@@ -138,7 +140,7 @@ pub fn follow(
         if marker_headers::read(&m).is_some() {
             continue;
         }
-        let Some(topic) = followed.iter().find(|t| t.name == m.topic()) else { continue };
+        let Some(&(topic, _)) = followed.iter().find(|(_, name)| name == m.topic()) else { continue };
         let value = match codec.decode_value(m.payload().unwrap_or_default()) {
             Ok(v) => v,
             Err(e) => {

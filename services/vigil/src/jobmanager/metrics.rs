@@ -203,7 +203,10 @@ mod tests {
 
     /// Every series the jobmanager and a taskmanager export.
     fn everything_exported() -> BTreeSet<String> {
-        let jm = JobManager::new(&vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default()));
+        let jm = JobManager::new(
+            &vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default()),
+            Default::default(),
+        );
         let beat = Heartbeat {
             taskmanager: "tm".into(),
             address: String::new(),

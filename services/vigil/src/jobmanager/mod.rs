@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use vigil_kafka::connection;
+use vigil_kafka::names::Names;
 
 use anyhow::Context as _;
 use rdkafka::admin::AdminClient;
@@ -61,7 +62,7 @@ const LAG_EVERY: Duration = Duration::from_secs(5);
 pub fn run(args: Args) -> anyhow::Result<()> {
     let common = args.kafka.common()?;
     let topology = SeedPipeline::default().topology();
-    let jm = JobManager::new(&topology);
+    let jm = JobManager::new(&topology, Names::new(&common.config.topics, &topology));
     let shutdown = Arc::new(AtomicBool::new(false));
     {
         let (jm, common, shutdown) = (jm.clone(), common.clone(), shutdown.clone());
@@ -93,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Provisions, then keeps the lag and the live pane up to date, until shutdown.
 fn background(jm: &Arc<JobManager>, common: &Common, replication: Option<u32>, shutdown: &AtomicBool) {
     while !shutdown.load(Ordering::SeqCst) {
-        match provision(common, &jm.topology, replication) {
+        match provision(common, &jm.topology, &jm.names, replication) {
             Ok(()) => break,
             Err(e) => {
                 warn!("cannot provision yet ({e:#}); trying again in 2 s");
@@ -109,7 +110,7 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: Option<u32>, s
         let spawned = std::thread::Builder::new().name("live".into()).spawn(move || loop {
             let never = AtomicBool::new(false);
             let (bootstrap, registry) = (&common.bootstrap_servers, &common.registry_url);
-            match live::follow(bootstrap, registry, &jm.topology, &jm.live, &jm.metrics, &never) {
+            match live::follow(bootstrap, registry, &jm.topology, &jm.names, &jm.live, &jm.metrics, &never) {
                 Ok(()) => return,
                 Err(e) => {
                     warn!("the live pane stopped ({e:#}); starting it again in 5 s");
@@ -125,7 +126,8 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: Option<u32>, s
     while !shutdown.load(Ordering::SeqCst) {
         jm.cluster.lock().expect("cluster").expire(now_ms());
         if probe.is_none() {
-            probe = LagProbe::new(&common.bootstrap_servers, &jm.topology.stages, common.config.runtime.partitions)
+            let (stages, partitions) = (&jm.topology.stages, common.config.runtime.partitions);
+            probe = LagProbe::new(&common.bootstrap_servers, stages, &jm.names, partitions)
                 .map_err(|e| warn!("cannot measure consumer lag: {e:#}"))
                 .ok();
         }
@@ -146,7 +148,7 @@ fn background(jm: &Arc<JobManager>, common: &Common, replication: Option<u32>, s
 }
 
 /// Every topic and every schema, as `vigil provision` does.
-fn provision(common: &Common, topology: &Topology, replication: Option<u32>) -> anyhow::Result<()> {
+fn provision(common: &Common, topology: &Topology, names: &Names, replication: Option<u32>) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = connection::client_config(&common.bootstrap_servers)
         .create()
         .context("cannot create the Kafka admin client")?;
@@ -155,7 +157,7 @@ fn provision(common: &Common, topology: &Topology, replication: Option<u32>) -> 
     let mut wanted = common.config.topics.clone();
     wanted.replication_factor = replication.unwrap_or(wanted.replication_factor);
     let replication = Replication::for_cluster(&consumer, &wanted)?;
-    let report = topics::provision(&admin, &consumer, topology, common.config.runtime.partitions, replication)?;
+    let report = topics::provision(&admin, &consumer, topology, names, common.config.runtime.partitions, replication)?;
     let created = report.iter().filter(|(_, p)| *p == Provisioned::Created).count();
     for (topic, outcome) in &report {
         if let Provisioned::AlreadyThere { differences } = outcome {
@@ -165,7 +167,7 @@ fn provision(common: &Common, topology: &Topology, replication: Option<u32>) -> 
         }
     }
     info!(created, existing = report.len() - created, replication = replication.factor, "topics provisioned");
-    let schemas = Codec::new(&common.registry_url)?.register(&topology.topics())?;
+    let schemas = Codec::new(&common.registry_url)?.named(names.clone()).register(&topology.topics())?;
     info!(schemas = schemas.len(), "schemas registered");
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use vigil_kafka::names::Names;
 
 use vigil_kafka::metrics::now_ms;
 use vigil_kafka::status::Heartbeat;
@@ -16,6 +17,8 @@ use crate::jobmanager::view::{flink_id, JobView};
 
 pub struct JobManager {
     pub job_id: String,
+    /// The pipeline's names on the cluster; the job is named in its namespace.
+    pub names: Names,
     pub start_ms: i64,
     pub topology: Topology,
     pub cluster: Mutex<Cluster>,
@@ -27,11 +30,12 @@ pub struct JobManager {
 }
 
 impl JobManager {
-    pub fn new(topology: &Topology) -> Arc<JobManager> {
+    pub fn new(topology: &Topology, names: Names) -> Arc<JobManager> {
         let stages: Vec<&str> = topology.stages.iter().map(|s| s.name).collect();
         let sources: Vec<&str> = topology.topics().iter().filter(|t| t.external).map(|t| t.name).collect();
         Arc::new(JobManager {
-            job_id: flink_id("vigil"),
+            job_id: flink_id(&names.of("vigil")),
+            names,
             start_ms: now_ms(),
             metrics: JobMetrics::new(&stages, &sources),
             topology: topology.clone(),
@@ -43,7 +47,8 @@ impl JobManager {
     }
 
     pub fn view(&self) -> JobView {
-        JobView::build(&self.job_id, self.start_ms, &self.topology.stages, &self.cluster, &self.lag, now_ms())
+        let name = self.names.of("vigil");
+        JobView::build(&self.job_id, name, self.start_ms, &self.topology.stages, &self.cluster, &self.lag, now_ms())
     }
 
     pub fn heartbeat(&self, beat: Heartbeat) {

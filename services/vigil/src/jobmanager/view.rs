@@ -19,6 +19,8 @@ pub struct StageEntry {
 
 pub struct JobView {
     pub job_id: String,
+    /// `vigil`, in the pipeline's namespace.
+    pub name: String,
     pub now_ms: i64,
     pub start_ms: i64,
     pub stages: Vec<StageEntry>,
@@ -30,6 +32,7 @@ pub struct JobView {
 impl JobView {
     pub fn build(
         job_id: &str,
+        name: String,
         start_ms: i64,
         topology: &[StageTopology],
         cluster: &Mutex<Cluster>,
@@ -40,6 +43,7 @@ impl JobView {
         let lag = lag.lock().expect("lag");
         JobView {
             job_id: job_id.to_string(),
+            name,
             now_ms,
             start_ms,
             stages: topology

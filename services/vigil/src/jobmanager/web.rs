@@ -153,7 +153,10 @@ mod tests {
 
     /// The router on a port of its own, on a runtime of its own thread.
     fn serve() -> (Arc<JobManager>, String) {
-        let jm = JobManager::new(&vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default()));
+        let jm = JobManager::new(
+            &vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default()),
+            Default::default(),
+        );
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap().to_string();

@@ -1,7 +1,7 @@
 //! Record values as Avro in the Confluent wire format (magic byte, schema id, datum),
 //! through `schema_registry_converter` and a Confluent-compatible schema registry.
 //! Each topic's value schema is the file in `schemas/`, registered under the subject
-//! `<topic>-value` on first use (or by `vigil provision`).
+//! `<topic>-value` (in the pipeline's namespace) on first use (or by `vigil provision`).
 //!
 //! Values written under one of Vigil's own schemas (the common case: whoever wrote
 //! them registered the same schema) are read and written straight through serde: by
@@ -32,6 +32,7 @@ use vigil_model::topology::Topic;
 
 use crate::avro_direct;
 use crate::core::Encode;
+use crate::names::Names;
 use registry::registry_fault;
 use schemas::{known_schemas, own, Own};
 use wire::{schema_id, HEADER};
@@ -70,6 +71,8 @@ pub struct Codec {
     /// The registry's id of each topic's own schema, and that schema, once a value was
     /// written under it.
     write_ids: RwLock<HashMap<&'static str, (u32, &'static Own)>>,
+    /// Whose subjects it registers and writes under: `<topic>-value` in the namespace.
+    names: Names,
 }
 
 impl Codec {
@@ -86,14 +89,21 @@ impl Codec {
             failed_lookups: AtomicUsize::new(0),
             read_ids: RwLock::new(HashMap::new()),
             write_ids: RwLock::new(HashMap::new()),
+            names: Names::default(),
         })
+    }
+
+    /// The codec writing under the subjects of the pipeline `names` names (its
+    /// namespace's).
+    pub fn named(self, names: Names) -> Codec {
+        Codec { names, ..self }
     }
 
     /// Registers the value schema of each of `topics`; returns (subject, schema id).
     pub fn register(&self, topics: &[&'static Topic]) -> Result<Vec<(String, u32)>, CodecError> {
         let mut ids = Vec::new();
         for &topic in topics {
-            let subject = format!("{}-value", topic.name);
+            let subject = self.names.subject(topic);
             let registered = post_schema(&self.settings, subject.clone(), own(topic).supplied.clone())
                 .map_err(|e| CodecError::Registry { url: self.url.clone(), reason: format!("{subject}: {e}") })?;
             ids.push((subject, registered.id));
@@ -118,7 +128,7 @@ impl Codec {
         }
         let own = own(topic);
         let strategy =
-            SubjectNameStrategy::TopicNameStrategyWithSchema(topic.name.to_string(), false, own.supplied.clone());
+            SubjectNameStrategy::TopicNameStrategyWithSchema(self.names.of(topic.name), false, own.supplied.clone());
         let bytes = self.encoder.encode_struct(value, &strategy).map_err(|e| match registry_fault(&e) {
             // Registering or looking up the schema failed: the registry, not the value.
             true => {

@@ -23,6 +23,7 @@ use crate::codec::{Codec, CodecError};
 use crate::connection;
 use crate::core::Marker;
 use crate::marker_headers;
+use crate::names::Names;
 
 /// How long a producer waits for an unreachable schema registry before it gives up.
 const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
@@ -50,6 +51,8 @@ pub struct InputProducer {
     partitions: i32,
     keying: Keying,
     encoding: Encoding,
+    /// The input topics' names on the cluster (the pipeline's namespace).
+    names: Names,
 }
 
 impl InputProducer {
@@ -67,7 +70,13 @@ impl InputProducer {
             partitions: partitions as i32,
             keying: Keying::Join,
             encoding: Encoding::Avro,
+            names: Names::default(),
         })
+    }
+
+    /// Produces to the input topics of the pipeline `names` names (in its namespace).
+    pub fn named(self, names: Names) -> Self {
+        InputProducer { codec: self.codec.named(names.clone()), names, ..self }
     }
 
     pub fn keyed(self, keying: Keying) -> Self {
@@ -99,7 +108,10 @@ impl InputProducer {
         };
         match record {
             Ok(record) => self.send_record(&record),
-            Err(_) => self.send(BaseRecord::<str, [u8]>::to(topic_of(source).name).payload(line.as_bytes())),
+            Err(_) => {
+                let topic = self.names.of(topic_of(source).name);
+                self.send(BaseRecord::<str, [u8]>::to(&topic).payload(line.as_bytes()))
+            }
         }
     }
 
@@ -117,7 +129,8 @@ impl InputProducer {
     }
 
     fn send_value(&self, record: &InputRecord, topic: &'static Topic, value: &[u8]) -> Result<()> {
-        let mut out = BaseRecord::<str, [u8]>::to(topic.name).payload(value);
+        let name = self.names.of(topic.name);
+        let mut out = BaseRecord::<str, [u8]>::to(&name).payload(value);
         if let Some(key) = self.keying.key_of(record) {
             out = out.key(key);
         }
@@ -151,7 +164,8 @@ impl InputProducer {
         for topic in input_topics() {
             for p in 0..self.partitions {
                 let (low, high) = loop {
-                    match self.lock().client().fetch_watermarks(topic.name, p, Duration::from_secs(10)) {
+                    match self.lock().client().fetch_watermarks(&self.names.of(topic.name), p, Duration::from_secs(10))
+                    {
                         Err(e) if unreachable(&e) && Instant::now() < give_up => {
                             warn!(error = %e, "the broker does not answer yet; trying again");
                             std::thread::sleep(Duration::from_secs(1));
@@ -175,7 +189,7 @@ impl InputProducer {
         for topic in input_topics() {
             for p in 0..self.partitions {
                 let headers = marker_headers::headers(Marker::END);
-                self.send(BaseRecord::<str, [u8]>::to(topic.name).partition(p).headers(headers))?;
+                self.send(BaseRecord::<str, [u8]>::to(&self.names.of(topic.name)).partition(p).headers(headers))?;
             }
         }
         Ok(())

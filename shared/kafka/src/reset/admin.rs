@@ -13,6 +13,7 @@ use vigil_model::topology::Topology;
 
 use super::{Action, Busy, Plan, Running};
 use crate::connection;
+use crate::names::Names;
 use crate::topics::{self, Provisioned, Replication};
 use vigil_model::config::TopicsConfig;
 
@@ -38,12 +39,14 @@ pub struct Admin {
     runtime: tokio::runtime::Runtime,
     /// The largest replication factor of the topics deleted so far.
     replication_seen: Option<i32>,
-    /// The pipeline whose topics provisioning creates again.
+    /// The pipeline whose topics provisioning creates again, and their names on the
+    /// cluster (a plan names them as the pipeline does).
     topology: Topology,
+    names: Names,
 }
 
 impl Admin {
-    pub fn connect(bootstrap_servers: &str, topology: Topology) -> Result<Admin> {
+    pub fn connect(bootstrap_servers: &str, topology: Topology, names: Names) -> Result<Admin> {
         let admin =
             connection::client_config(bootstrap_servers).create().context("cannot create the Kafka admin client")?;
         let client = connection::client_config(bootstrap_servers)
@@ -54,7 +57,7 @@ impl Admin {
             .context("cannot create a Kafka client")?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("a tokio runtime")?;
         let bootstrap_servers = bootstrap_servers.to_string();
-        Ok(Admin { bootstrap_servers, admin, client, runtime, replication_seen: None, topology })
+        Ok(Admin { bootstrap_servers, admin, client, runtime, replication_seen: None, topology, names })
     }
 
     /// The members of `group` (`client id on host`); none if the group does not exist.
@@ -92,9 +95,13 @@ impl Admin {
     pub fn apply(&mut self, action: &Action, recreate: &Recreate) -> Result<String> {
         match action {
             Action::DeleteGroup { group, .. } => self.delete_group(group),
-            Action::CommitAtEnd { group, topic, .. } => self.commit_at_end(group, topic),
-            Action::DeleteTopic { topic, .. } => self.delete_topic(topic),
-            Action::CreateTopics { topics } => self.create_topics(topics, recreate),
+            // Stages read a topic users read too from its copy between stages.
+            Action::CommitAtEnd { group, topic, .. } => self.commit_at_end(group, &self.names.between_stages(topic)),
+            Action::DeleteTopic { topic, .. } => self.delete_topic(&self.names.of(topic)),
+            Action::CreateTopics { topics } => {
+                let internal: Vec<String> = topics.iter().map(|t| self.names.of(t)).collect();
+                self.create_topics(&internal, recreate)
+            }
         }
     }
 
@@ -187,7 +194,14 @@ impl Admin {
             wanted.replication_factor = factor as u32;
         }
         let replication = Replication::for_cluster(&self.client, &wanted)?;
-        let report = topics::provision(&self.admin, &self.client, &self.topology, recreate.partitions, replication)?;
+        let report = topics::provision(
+            &self.admin,
+            &self.client,
+            &self.topology,
+            &self.names,
+            recreate.partitions,
+            replication,
+        )?;
         let created: Vec<&str> =
             report.iter().filter(|(_, p)| *p == Provisioned::Created).map(|(t, _)| t.as_str()).collect();
         let missing: Vec<&str> = internal.iter().map(String::as_str).filter(|c| !created.contains(c)).collect();

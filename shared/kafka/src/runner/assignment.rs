@@ -82,7 +82,7 @@ impl<S: Stage> Runner<S> {
     }
 
     pub(super) fn slot_of(&self, topic: &str, partition: i32) -> Option<Slot> {
-        self.core.inputs().iter().position(|i| i.name == topic).map(|i| (i, partition))
+        self.input_topics.iter().position(|i| i == topic).map(|i| (i, partition))
     }
 
     /// Restores the tasks of newly assigned partitions and learns where to read from.

@@ -43,6 +43,6 @@ impl<S: Stage> Runner<S> {
             DeadLetter { record_type: RecordType::DeadLetter, source: topic, partition, offset, reason, payload };
         let value = self.core.encoder().encode(&DEAD_LETTERS, &letter)?;
         self.records_out[DEAD_LETTERS.name].inc();
-        self.send(BaseRecord::to(DEAD_LETTERS.name).key(topic).payload(&value))
+        self.send(BaseRecord::to(&self.output_topics[DEAD_LETTERS.name].0).key(topic).payload(&value))
     }
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 use vigil_stream::Stage;
@@ -40,7 +40,9 @@ fn unreadable_batch(e: &KafkaError) -> bool {
     let code = e.rdkafka_error_code();
     matches!(
         code,
-        Some(BadCompression | BadMessage | InvalidMessage | NotImplemented | UnsupportedCompressionType | InvalidRecord)
+        Some(
+            BadCompression | BadMessage | InvalidMessage | NotImplemented | UnsupportedCompressionType | InvalidRecord
+        )
     )
 }
 
@@ -273,7 +275,12 @@ impl<S: Stage> Runner<S> {
             if let Some(counter) = self.records_out.get(topic.name) {
                 counter.inc();
             }
-            self.send(BaseRecord::to(topic.name).key(key.as_str()).payload(value.as_slice()))?;
+            let (name, copy) = &self.output_topics[topic.name];
+            self.send(BaseRecord::to(name).key(key.as_str()).payload(value.as_slice()))?;
+            if let Some(copy) = copy {
+                // Users read `name`; stages read the copy, where the markers go too.
+                self.send(BaseRecord::to(copy).key(key.as_str()).payload(value.as_slice()))?;
+            }
         }
         Ok(())
     }

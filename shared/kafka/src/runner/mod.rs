@@ -46,7 +46,7 @@ use crate::core::idle_check::IdleCheck;
 use crate::core::{Slot, TaskCore};
 use crate::election::Leadership;
 use crate::group::{GroupContext, Membership, RebalanceLog, SharedLog};
-use crate::inputs::{self, Parallelism};
+use crate::inputs::{self, InputKind, Parallelism};
 use crate::metrics::MemberMetrics;
 use crate::observe::LoopHealth;
 use crate::produce::Kafka;
@@ -103,8 +103,8 @@ pub struct Runner<S: Stage> {
     /// The member reported degraded for being out of its group.
     out_of_group: bool,
     core: TaskCore<S, Codec>,
-    /// The topics that carry this stage's watermark, and its changelog.
-    watermarked: Vec<&'static Topic>,
+    /// Where this stage's watermark markers go (on the cluster), and its changelog.
+    watermarked: Vec<String>,
     changelog: String,
     /// Every topic the member writes: its outputs, dead letters, repartition topics
     /// and changelog.
@@ -149,8 +149,13 @@ pub struct Runner<S: Stage> {
     /// there as processing, not queued: its outputs wait for the batch too.
     batch_read: Option<(Instant, i64)>,
     batch_records: u32,
-    /// The input topics' names for librdkafka's C calls, by input index.
+    /// The input topics on the cluster, by input index; and the same for librdkafka's
+    /// C calls.
+    input_topics: Vec<String>,
     topic_names: Vec<CString>,
+    /// Each output topic (by its name in the pipeline) on the cluster, and its copy
+    /// between stages if it has one.
+    output_topics: FxHashMap<&'static str, (String, Option<String>)>,
     /// Records-in counters by input index, records-out counters by topic.
     records_in: Vec<prometheus::IntCounter>,
     records_out: FxHashMap<&'static str, prometheus::IntCounter>,
@@ -162,7 +167,8 @@ impl<S: Stage> Runner<S> {
         // are made and check the topics (docs/decisions.md, 2026-12-02, "Offset
         // queries at once").
         let registry_url = settings.registry_url.clone();
-        let codec = std::thread::spawn(move || Codec::new(&registry_url));
+        let names = settings.names.clone();
+        let codec = std::thread::spawn(move || Codec::new(&registry_url).map(|c| c.named(names)));
         let topology = stage.topology();
         let rebalances: SharedLog = Arc::new(Mutex::new(RebalanceLog::default()));
         let consumer = clients::consumer(&settings, Parallelism::of(&topology), rebalances.clone())?;
@@ -170,11 +176,26 @@ impl<S: Stage> Runner<S> {
         let partitions = settings.config.runtime.partitions;
         let inputs = inputs::inputs(&topology, &settings.config);
         let outputs: Vec<&'static Topic> = topology.outputs.iter().copied().chain([&DEAD_LETTERS]).collect();
-        let written: Vec<String> = (outputs.iter().map(|t| t.name.to_string()))
-            .chain(inputs.iter().filter(|i| i.is_repartition()).map(|i| i.name.clone()))
-            .chain([topics::changelog(topology.name)])
+        let cluster = &settings.names;
+        let input_topics: Vec<String> = inputs
+            .iter()
+            .map(|i| match i.kind {
+                InputKind::Upstream => cluster.between_stages(i.records.name),
+                InputKind::Source { .. } | InputKind::Repartition { .. } => cluster.of(&i.name),
+            })
             .collect();
-        let mut names: Vec<String> = inputs.iter().map(|i| i.name.clone()).chain(written.iter().cloned()).collect();
+        let output_topics: FxHashMap<&'static str, (String, Option<String>)> = outputs
+            .iter()
+            .map(|t| (t.name, (cluster.of(t.name), cluster.is_copied(t.name).then(|| cluster.between_stages(t.name)))))
+            .collect();
+        let changelog = cluster.of(&topics::changelog(topology.name));
+        let written: Vec<String> = (output_topics.values().flat_map(|(name, copy)| [Some(name), copy.as_ref()]))
+            .flatten()
+            .cloned()
+            .chain(inputs.iter().zip(&input_topics).filter(|(i, _)| i.is_repartition()).map(|(_, n)| n.clone()))
+            .chain([changelog.clone()])
+            .collect();
+        let mut names: Vec<String> = input_topics.iter().cloned().chain(written.iter().cloned()).collect();
         names.sort();
         names.dedup();
         topics::check(&consumer, &names, partitions)?;
@@ -183,11 +204,13 @@ impl<S: Stage> Runner<S> {
         let Observers { metrics, status, loop_health } = observers;
         let records_in = inputs.iter().map(|i| metrics.records_in(&i.name)).collect();
         let records_out = outputs.iter().map(|t| (t.name, metrics.records_out(t.name))).collect();
-        let topic_names = inputs.iter().map(|i| CString::new(i.name.as_str())).collect::<Result<_, _>>()?;
+        let topic_names = input_topics.iter().map(|n| CString::new(n.as_str())).collect::<Result<_, _>>()?;
         Ok(Runner {
             topic_names,
-            watermarked: topology.watermarked.to_vec(),
-            changelog: topics::changelog(topology.name),
+            watermarked: topology.watermarked.iter().map(|t| cluster.between_stages(t.name)).collect(),
+            changelog,
+            input_topics,
+            output_topics,
             written,
             idle_check: IdleCheck::new(Duration::from_millis(settings.config.runtime.idle_wall_clock_ms)),
             redelivered: FxHashSet::default(),
@@ -229,7 +252,7 @@ impl<S: Stage> Runner<S> {
 
     /// The Kafka topic of input `input` (its index in the core's inputs).
     fn topic(&self, input: usize) -> &str {
-        &self.core.inputs()[input].name
+        &self.input_topics[input]
     }
 
     /// Runs until `shutdown` is set, then commits what is done and leaves the group.
@@ -253,7 +276,7 @@ impl<S: Stage> Runner<S> {
                 // The group join runs on librdkafka's threads while the producer
                 // fences its predecessor; the assignment is taken only in `process`,
                 // after that.
-                let names: Vec<&str> = self.core.inputs().iter().map(|i| i.name.as_str()).collect();
+                let names: Vec<&str> = self.input_topics.iter().map(String::as_str).collect();
                 self.consumer.subscribe(&names).context("cannot subscribe")?;
                 self.init_transactions()?;
                 self.set_role(Role::Active);
@@ -299,7 +322,8 @@ impl<S: Stage> Runner<S> {
     }
 
     fn join_election(&self) -> Result<Leadership> {
-        Leadership::join(&self.settings.bootstrap_servers, &self.settings.group_id, &self.settings.member)
+        let topic = self.settings.names.of(topics::LEADERSHIP);
+        Leadership::join(&self.settings.bootstrap_servers, &topic, &self.settings.group_id, &self.settings.member)
     }
 
     fn log_running(&self) {

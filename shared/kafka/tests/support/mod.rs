@@ -53,6 +53,11 @@ pub fn topology() -> Topology {
 }
 
 /// The topics of results a user reads.
+/// The seed pipeline's names on the cluster, in no namespace.
+pub fn names() -> vigil_kafka::names::Names {
+    vigil_kafka::names::Names::new(&Default::default(), &topology())
+}
+
 pub fn result_topics() -> Vec<&'static Topic> {
     topology().result_topics()
 }
@@ -78,6 +83,9 @@ pub struct Stack {
     plain_bootstrap: String,
     /// The security settings of the Vigil processes (none on the plaintext stack).
     security: Vec<(String, String)>,
+    /// The namespace of the pipeline's topics and groups (`[topics] namespace`); empty:
+    /// none, and each service in a group of this run's (`VIGIL_GROUP_ID`).
+    namespace: String,
 }
 
 impl Stack {
@@ -129,11 +137,12 @@ impl Stack {
             ),
             plain_bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
             security,
+            namespace: String::new(),
         };
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &stack.plain_bootstrap).create().unwrap();
         let names: Vec<String> =
-            topics::all_topics(&topology(), PARTITIONS as u32).into_iter().map(|t| t.name).collect();
+            topics::all_topics(&topology(), &names(), PARTITIONS as u32).into_iter().map(|t| t.name).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _ = rt.block_on(admin.delete_topics(&refs, &AdminOptions::new()));
@@ -158,7 +167,26 @@ impl Stack {
             .env("VIGIL_SCHEMA_REGISTRY_URL", &self.registry)
             .env("RUST_LOG", "info,rdkafka=warn")
             .envs(self.security.iter().map(|(k, v)| (k, v)));
+        if !self.namespace.is_empty() {
+            cmd.env("VIGIL_TOPICS_NAMESPACE", &self.namespace);
+        }
         cmd
+    }
+
+    /// The same broker and registry for a pipeline in `namespace` (new to the cluster):
+    /// its topics provisioned, its services in its namespace's groups.
+    pub fn namespaced(&self, namespace: &str) -> Stack {
+        let stack = Stack {
+            bootstrap: self.bootstrap.clone(),
+            registry: self.registry.clone(),
+            run: format!("{namespace}-{}", self.run),
+            plain_bootstrap: self.plain_bootstrap.clone(),
+            security: self.security.clone(),
+            namespace: namespace.to_string(),
+        };
+        let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
+        assert!(status.success(), "vigil provision in namespace {namespace} failed");
+        stack
     }
 
     /// One of `vigil`'s tools: `args` starts with its name (`provision`, `tail`, …).
@@ -200,9 +228,11 @@ impl Stack {
             // the join never needs idleness to finish; the sparse device partitions do.
             cmd.env("VIGIL_RUNTIME_IDLE_WALL_CLOCK_MS", "600000");
         }
+        if self.namespace.is_empty() {
+            cmd.env("VIGIL_GROUP_ID", self.group(service));
+        }
         let child = cmd
             .envs(vars.iter().copied())
-            .env("VIGIL_GROUP_ID", self.group(service))
             .env("VIGIL_INSTANCE", instance)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -228,7 +258,10 @@ impl Stack {
     /// processes' security settings).
     pub fn producer(&self) -> InputProducer {
         assert!(self.security.is_empty(), "the secured stack takes its input from `vigil generate`");
-        InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions).unwrap()
+        let topics = vigil_model::config::TopicsConfig { namespace: self.namespace.clone(), ..Default::default() };
+        InputProducer::new(&self.bootstrap, &self.registry, Config::default().runtime.partitions)
+            .unwrap()
+            .named(vigil_kafka::names::Names::new(&topics, &topology()))
     }
 }
 

@@ -36,15 +36,6 @@ impl Default for TopicsConfig {
 }
 
 impl TopicsConfig {
-    /// The name on the cluster of Vigil's topic, group or transactional id `name`.
-    pub fn named(&self, name: &str) -> String {
-        if self.namespace.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}.{name}", self.namespace)
-        }
-    }
-
     /// What is wrong with these settings, if anything.
     pub fn problem(&self) -> Option<String> {
         if !COMPRESSIONS.contains(&self.compression.as_str()) {
@@ -78,15 +69,6 @@ impl TopicsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_namespace_prefixes_names_and_none_leaves_them_alone() {
-        let plain = TopicsConfig::default();
-        assert_eq!(plain.named("orders"), "orders");
-        let staging = TopicsConfig { namespace: "staging".into(), ..TopicsConfig::default() };
-        assert_eq!(staging.named("orders"), "staging.orders");
-        assert_eq!(staging.named("vigil-join-enrich"), "staging.vigil-join-enrich");
-    }
 
     #[test]
     fn unknown_codecs_names_kafka_cannot_take_and_impossible_quorums_are_refused() {
