@@ -301,7 +301,7 @@ leader() {
 txn_coordinator() {
   [[ $# -eq 1 ]] || die "usage: $0 txn-coordinator TRANSACTIONAL_ID"
   tool org.apache.kafka.tools.TransactionsCommand describe --transactional-id "$1" |
-    awk 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "CoordinatorId") c = i} NR == 2 && c {print $c}' |
+    awk 'h {print $c; exit} $1 == "CoordinatorId" {for (i = 1; i <= NF; i++) if ($i == "CoordinatorId") c = i; h = 1}' |
     grep . || die "no transaction coordinator found for $1"
 }
 
@@ -309,7 +309,7 @@ txn_coordinator() {
 group_coordinator() {
   [[ $# -eq 1 ]] || die "usage: $0 group-coordinator GROUP"
   tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --describe --state --group "$1" |
-    sed -n 's/.*127\.0\.0\.1:[0-9]* (\([0-9]*\)).*/\1/p' | head -n 1 | grep . ||
+    sed -n 's/.*127\.0\.0\.1:[0-9]* *(\([0-9]*\)).*/\1/p' | head -n 1 | grep . ||
     die "no coordinator found for group $1"
 }
 
