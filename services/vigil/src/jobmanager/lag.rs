@@ -39,10 +39,17 @@ fn read_from(names: &Names, topic: &'static Topic, time: EventTime) -> String {
     }
 }
 
+/// One stage's consumer group, as the probe reads its committed offsets.
+struct StageGroup {
+    stage: String,
+    /// The stage's inputs: each by its name in the pipeline and on the cluster.
+    inputs: Vec<(String, String)>,
+    /// A client holding the stage's group id (it never joins the group).
+    client: BaseConsumer<QuietEof>,
+}
+
 pub struct LagProbe {
-    /// One client per stage, holding the stage's group id (it never joins the group),
-    /// with the stage's inputs: each by its name in the pipeline and on the cluster.
-    groups: Vec<(String, Vec<(String, String)>, BaseConsumer<QuietEof>)>,
+    groups: Vec<StageGroup>,
     /// Reads the first waiting record of a partition, for its timestamp.
     peek: BaseConsumer<QuietEof>,
     partitions: i32,
@@ -66,7 +73,8 @@ impl LagProbe {
             .map(|s| {
                 let inputs =
                     s.inputs.iter().map(|&(t, time)| (t.name.to_string(), read_from(names, t, time))).collect();
-                Ok((s.name.to_string(), inputs, client(&names.of(&format!("vigil-{}", s.name)), false)?))
+                let client = client(&names.of(&format!("vigil-{}", s.name)), false)?;
+                Ok(StageGroup { stage: s.name.to_string(), inputs, client })
             })
             .collect::<Result<_>>()?;
         Ok(LagProbe { groups, peek: client(&names.of("vigil-jobmanager-lag"), true)?, partitions: partitions as i32 })
@@ -75,7 +83,7 @@ impl LagProbe {
     pub fn measure(&self, now_ms: i64) -> Result<BTreeMap<String, StageLag>> {
         let mut ends: HashMap<(String, i32), (i64, i64)> = HashMap::new();
         let mut report = BTreeMap::new();
-        for (stage, inputs, group) in &self.groups {
+        for StageGroup { stage, inputs, client: group } in &self.groups {
             let mut tpl = TopicPartitionList::new();
             for (_, topic) in inputs {
                 for p in 0..self.partitions {
