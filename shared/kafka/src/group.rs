@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::statistics::Statistics;
 use rdkafka::ClientContext;
+
+use crate::client_stats::ClientStats;
 
 #[derive(Default)]
 pub struct RebalanceLog {
@@ -26,9 +29,17 @@ pub type SharedLog = Arc<Mutex<RebalanceLog>>;
 
 pub struct GroupContext {
     pub log: SharedLog,
+    /// Where librdkafka's statistics of the consumer go (none: they are off).
+    pub stats: Option<ClientStats>,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn stats(&self, statistics: Statistics) {
+        if let Some(stats) = &self.stats {
+            stats.record(&statistics);
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

@@ -5,6 +5,7 @@
 
 pub mod avro_direct;
 pub mod cli;
+pub mod client_stats;
 pub mod codec;
 pub mod connection;
 pub mod core;

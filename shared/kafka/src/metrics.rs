@@ -1,8 +1,11 @@
 //! What a stage member counts, in Prometheus form. One registry per process (a
 //! standalone service, or a taskmanager running many members); every series of a
 //! member carries its `stage` and `member` labels, so one scrape of a taskmanager
-//! shows all of its members side by side.
+//! shows all of its members side by side. Next to them: the process's own metrics
+//! (`process_…`, Prometheus' standard names) and what librdkafka says about each
+//! member's clients (`client_stats`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,11 +14,15 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
+use crate::client_stats::{ClientFamilies, ClientKind, ClientStats};
 use crate::status::Ledger;
 
 /// A process's metric families; members take their labelled children from it.
 pub struct MetricsRegistry {
     registry: Registry,
+    /// The process's metrics, under their standard names (no `vigil_` prefix).
+    process: Registry,
+    clients: Arc<ClientFamilies>,
     records_in: IntCounterVec,
     records_out: IntCounterVec,
     late_records: IntCounterVec,
@@ -48,7 +55,8 @@ pub struct MetricsRegistry {
 impl MetricsRegistry {
     /// `labels` are constant labels of every series (a taskmanager's id, say).
     pub fn new(component: &str, labels: &[(&str, &str)]) -> Arc<MetricsRegistry> {
-        let constant = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let constant: HashMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let process = process_registry(constant.clone());
         let registry = Registry::new_custom(Some("vigil".into()), Some(constant)).expect("a valid prefix");
         let member = ["stage", "member"];
         let opts = |name: &str, help: &str| Opts::new(name, help);
@@ -187,7 +195,9 @@ impl MetricsRegistry {
                 "Source records off their key's partition, sent through the stage's repartition topic",
                 &member,
             ),
+            clients: ClientFamilies::register(&registry),
             registry,
+            process,
         })
     }
 
@@ -240,10 +250,26 @@ impl MetricsRegistry {
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding");
-        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+        render(&[&self.registry, &self.process])
     }
+}
+
+/// A registry of the process's standard metrics (`process_resident_memory_bytes`,
+/// `process_cpu_seconds_total`, `process_open_fds`, …, read from /proc at each
+/// scrape), with `labels` on each.
+pub fn process_registry(labels: HashMap<String, String>) -> Registry {
+    let registry = Registry::new_custom(None, Some(labels)).expect("valid labels");
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).expect("unique metric");
+    registry
+}
+
+/// The Prometheus text exposition of every series of `registries`.
+pub fn render(registries: &[&Registry]) -> String {
+    let families: Vec<_> = registries.iter().flat_map(|r| r.gather()).collect();
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&families, &mut buf).expect("text encoding");
+    String::from_utf8(buf).expect("Prometheus text is UTF-8")
 }
 
 /// One member's series.
@@ -287,6 +313,12 @@ impl MemberMetrics {
 
     pub fn records_out(&self, topic: &str) -> IntCounter {
         self.registry.records_out.with_label_values(&[&self.stage, &self.member, topic])
+    }
+
+    /// The series of one of the member's Kafka clients, for its context to set from
+    /// librdkafka's statistics.
+    pub fn client_stats(&self, kind: ClientKind) -> ClientStats {
+        ClientStats::new(&self.registry.clients, &self.stage, &self.member, kind)
     }
 
     /// The committed ledger of the member's tasks, summed.
@@ -353,6 +385,7 @@ mod tests {
             r#"vigil_records_in_total{member="tm-1-0",stage="join-enrich",topic="orders",taskmanager="tm-1"} 1"#
         ));
         assert!(text.contains(r#"vigil_start_time_seconds{component="taskmanager",taskmanager="tm-1"}"#));
+        assert!(text.contains(r#"process_resident_memory_bytes{taskmanager="tm-1"}"#), "{text}");
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     let expected = reference(Dataset::planted(1, 7));
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
     assert_finished_and_accounted(&services);
+    assert_process_and_client_metrics(&services);
     stop(services);
     assert_same(&got, &expected, NOT_EMBEDDED);
     assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
@@ -81,6 +82,29 @@ fn assert_finished_and_accounted(services: &[Running]) {
                 s.name
             );
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Every service shows its process's metrics and, from librdkafka's statistics (every
+/// 5 s by default), its consumer's round trip to the broker.
+fn assert_process_and_client_metrics(services: &[Running]) {
+    for s in services {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = s.metrics_text();
+            let positive = |series: &str, label: &str| {
+                text.lines()
+                    .filter(|l| l.starts_with(series) && l.contains(label))
+                    .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.0))
+            };
+            let memory = positive("process_resident_memory_bytes", "");
+            let rtt = positive("vigil_kafka_broker_rtt_avg_seconds{", r#"client="consumer""#);
+            if memory && rtt {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}: resident memory {memory}, broker rtt {rtt} in\n{text}", s.name);
+            std::thread::sleep(Duration::from_millis(500));
         }
     }
 }

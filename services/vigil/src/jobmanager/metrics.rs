@@ -2,7 +2,7 @@
 //! watermarks, consumer lag, members), the taskmanagers, and the alerts seen on the
 //! output topics.
 
-use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Gauge, GaugeVec, IntCounterVec, Opts, Registry};
 use serde_json::Value;
 use vigil_kafka::metrics::now_secs;
 use vigil_kafka::status::Role;
@@ -11,6 +11,8 @@ use crate::jobmanager::view::JobView;
 
 pub struct JobMetrics {
     registry: Registry,
+    /// The process's own metrics (`process_resident_memory_bytes`, …).
+    process: Registry,
     ledger: IntCounterVec,
     balanced: GaugeVec,
     watermark: GaugeVec,
@@ -56,6 +58,7 @@ impl JobMetrics {
         start.set(now_secs());
         registry.register(Box::new(start)).expect("unique metric");
         let m = JobMetrics {
+            process: vigil_kafka::metrics::process_registry(Default::default()),
             ledger: counters(
                 "ledger_records_total",
                 "Committed input records per stage: read = on_time + late + dead_letter",
@@ -177,9 +180,7 @@ impl JobMetrics {
         }
         self.taskmanagers.with_label_values(&["alive"]).set(alive as f64);
         self.taskmanagers.with_label_values(&["lost"]).set((view.taskmanagers.len() - alive) as f64);
-        let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding");
-        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+        vigil_kafka::metrics::render(&[&self.registry, &self.process])
     }
 }
 
@@ -187,6 +188,7 @@ impl JobMetrics {
 mod tests {
     use std::collections::BTreeSet;
 
+    use vigil_kafka::client_stats::ClientKind;
     use vigil_kafka::metrics::MetricsRegistry;
     use vigil_kafka::status::{Heartbeat, MemberStatus};
 
@@ -226,6 +228,14 @@ mod tests {
         member.commit_seconds.observe(0.01);
         tm.restarted("join-enrich");
         tm.gauge("taskmanager_slots", "slots");
+        // librdkafka's statistics of the member's clients, as their contexts get them.
+        let report = |json: &str| serde_json::from_str(json).expect("librdkafka's statistics JSON");
+        let consumer = member.client_stats(ClientKind::Consumer);
+        consumer
+            .record(&report(include_str!("../../../../shared/kafka/tests/data/librdkafka-statistics-consumer.json")));
+        let producer = member.client_stats(ClientKind::Producer);
+        producer
+            .record(&report(include_str!("../../../../shared/kafka/tests/data/librdkafka-statistics-producer.json")));
         names.extend(exported(&tm.render()));
         names
     }
@@ -260,6 +270,28 @@ mod tests {
                         || base.is_some_and(|b| exported.contains(&format!("{b}_bucket"))),
                     "{file} names `{name}`, which Vigil does not export; exported: {exported:#?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn the_jobmanager_and_the_taskmanagers_serve_the_process_metrics() {
+        let jm = JobManager::new(
+            &vigil_stream::Pipeline::topology(&vigil_operators::SeedPipeline::default()),
+            Default::default(),
+        );
+        let tm = MetricsRegistry::new("taskmanager", &[("taskmanager", "tm")]);
+        for text in [jm.metrics.render(&jm.view()), tm.render()] {
+            let names = exported(&text);
+            for name in [
+                "process_resident_memory_bytes",
+                "process_virtual_memory_bytes",
+                "process_cpu_seconds_total",
+                "process_open_fds",
+                "process_max_fds",
+                "process_start_time_seconds",
+            ] {
+                assert!(names.contains(name), "{name} in {names:#?}");
             }
         }
     }

@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
+
+use crate::client_stats::StatsContext;
 
 /// A producer whose delivery reports a thread of its own serves: a transaction's
 /// abort waits for the reports of the messages it purges, so the thread that calls
-/// it cannot be the one to serve them.
-pub type Kafka = ThreadedProducer<DefaultProducerContext>;
+/// it cannot be the one to serve them. Its context reports librdkafka's statistics
+/// (`client_stats`).
+pub type Kafka = ThreadedProducer<StatsContext>;
 
 /// Sends at once every record the producer holds (`linger.ms` is set aside while
 /// this waits) and waits, up to `timeout`, until the broker has answered for each,

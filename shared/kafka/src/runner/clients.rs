@@ -1,14 +1,17 @@
 //! The member's Kafka clients: a consumer reading committed records only, and a
-//! transactional, idempotent producer.
+//! transactional, idempotent producer. Both report librdkafka's statistics to the
+//! member's metrics (`client_stats`).
 
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::BaseConsumer;
 
+use crate::client_stats::{self, ClientKind, StatsContext};
 use crate::connection;
 use crate::group::{GroupContext, SharedLog};
 use crate::inputs::Parallelism;
+use crate::metrics::MemberMetrics;
 use crate::produce::Kafka;
 use crate::settings::Settings;
 
@@ -16,6 +19,7 @@ pub(super) fn consumer(
     settings: &Settings,
     parallelism: Parallelism,
     rebalances: SharedLog,
+    metrics: &MemberMetrics,
 ) -> Result<BaseConsumer<GroupContext>> {
     let mut config = connection::client_config(&settings.bootstrap_servers);
     config
@@ -41,11 +45,13 @@ pub(super) fn consumer(
         // back at once instead of waiting for the dead one's session to expire.
         config.set("group.instance.id", &settings.transactional_id);
     }
-    config.create_with_context(GroupContext { log: rebalances }).context("cannot create the Kafka consumer")
+    let stats = client_stats::enable(&mut config).then(|| metrics.client_stats(ClientKind::Consumer));
+    config.create_with_context(GroupContext { log: rebalances, stats }).context("cannot create the Kafka consumer")
 }
 
-pub(super) fn transactional_producer(settings: &Settings) -> Result<Arc<Kafka>> {
-    let producer = connection::client_config(&settings.bootstrap_servers)
+pub(super) fn transactional_producer(settings: &Settings, metrics: &MemberMetrics) -> Result<Arc<Kafka>> {
+    let mut config = connection::client_config(&settings.bootstrap_servers);
+    config
         .set("transactional.id", &settings.transactional_id)
         .set("enable.idempotence", "true")
         // Same partition for the same key as Kafka's Java clients and the embedded runtime.
@@ -56,9 +62,9 @@ pub(super) fn transactional_producer(settings: &Settings) -> Result<Arc<Kafka>> 
         // report for every record delivered would be work for nothing (librdkafka
         // queues each to the producer's polling thread).
         .set("delivery.report.only.error", "true")
-        .set("compression.type", "lz4")
-        .set("message.max.bytes", "34000000")
-        .create()
-        .context("cannot create the Kafka producer")?;
+        .set("compression.type", &settings.config.topics.compression)
+        .set("message.max.bytes", "34000000");
+    let stats = client_stats::enable(&mut config).then(|| metrics.client_stats(ClientKind::Producer));
+    let producer = config.create_with_context(StatsContext { stats }).context("cannot create the Kafka producer")?;
     Ok(Arc::new(producer))
 }

@@ -171,8 +171,9 @@ impl<S: Stage> Runner<S> {
         let codec = std::thread::spawn(move || Codec::new(&registry_url).map(|c| c.named(names)));
         let topology = stage.topology();
         let rebalances: SharedLog = Arc::new(Mutex::new(RebalanceLog::default()));
-        let consumer = clients::consumer(&settings, Parallelism::of(&topology), rebalances.clone())?;
-        let producer = clients::transactional_producer(&settings)?;
+        let consumer =
+            clients::consumer(&settings, Parallelism::of(&topology), rebalances.clone(), &observers.metrics)?;
+        let producer = clients::transactional_producer(&settings, &observers.metrics)?;
         let partitions = settings.config.runtime.partitions;
         let inputs = inputs::inputs(&topology, &settings.config);
         let outputs: Vec<&'static Topic> = topology.outputs.iter().copied().chain([&DEAD_LETTERS]).collect();

@@ -184,7 +184,8 @@ impl<S: Stage> Runner<S> {
         if let Some(claim) = self.claim.take() {
             let _ = claim.join();
         }
-        let old = std::mem::replace(&mut self.producer, clients::transactional_producer(&self.settings)?);
+        let old =
+            std::mem::replace(&mut self.producer, clients::transactional_producer(&self.settings, &self.metrics)?);
         std::thread::spawn(move || drop(old));
         Ok(())
     }
