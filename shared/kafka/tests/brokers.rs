@@ -2,7 +2,7 @@
 //! and started again on its data, and the output still equals the embedded
 //! runtime's, nothing lost and nothing doubled. Runs on a local stack of three KRaft
 //! nodes (`VIGIL_BROKERS=3`), which `scripts/test.sh` starts for this file alone;
-//! the topics are provisioned with replication 3. The order of events is driven:
+//! `vigil provision` gives the topics three replicas and min.insync.replicas 2. The order of events is driven:
 //! a third of the input, the kill, a third read and committed on the two brokers
 //! left, the restart, the rest.
 
@@ -90,6 +90,20 @@ fn three_brokers_the_leader_of_an_input_partition_killed_mid_run_loses_and_doubl
         "a test for a stack of three brokers (VIGIL_BROKERS=3, as scripts/test.sh starts it)"
     );
     let (_one, stack, mut services) = start(RUN_PREFIX);
+    // What `vigil provision` gives a topic on three brokers.
+    let payments = local_stack(&[
+        "kafka-class",
+        "org.apache.kafka.tools.TopicCommand",
+        "--bootstrap-server",
+        &stack.bootstrap,
+        "--describe",
+        "--topic",
+        PAYMENTS.name,
+    ]);
+    assert!(
+        payments.contains("ReplicationFactor: 3") && payments.contains("min.insync.replicas=2"),
+        "payments has three replicas, two in sync for a write:\n{payments}"
+    );
     let input: Vec<Line> = MergedInput::planted(20, 7).map(Result::unwrap).collect();
     let total = input.len();
     let mut thirds = input.chunks(total.div_ceil(3));

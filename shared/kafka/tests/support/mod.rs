@@ -41,12 +41,6 @@ pub fn brokers() -> u32 {
     std::env::var("VIGIL_BROKERS").ok().and_then(|n| n.parse().ok()).unwrap_or(1)
 }
 
-/// The replication factor the tests provision topics with: min(3, brokers), what
-/// `vigil provision` is to choose by itself, given explicitly until it does.
-pub fn replication() -> u32 {
-    brokers().min(3)
-}
-
 /// The pipeline the tests run: the seed's.
 pub fn topology() -> Topology {
     SeedPipeline::default().topology()
@@ -153,8 +147,7 @@ impl Stack {
             assert!(Instant::now() < deadline, "topics were not deleted");
             std::thread::sleep(Duration::from_millis(200));
         }
-        let replication = replication().to_string();
-        let status = stack.admin(&["provision", "--replication", &replication]).stdout(Stdio::null()).status().unwrap();
+        let status = stack.admin(&["provision"]).stdout(Stdio::null()).status().unwrap();
         assert!(status.success(), "vigil provision failed");
         stack
     }
