@@ -397,7 +397,7 @@ start() {
   # base64 (what `kafka-storage.sh random-uuid` prints); Kafka rejects ids starting
   # with '-'.
   kraft_id() { local id; id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"; echo "A${id:1}"; }
-  local cluster_id t0=$SECONDS quorum=(--standalone) voters=() replication=$((nodes < 3 ? nodes : 3))
+  local cluster_id t0=$SECONDS quorum=(--standalone) voters=() formats=() pid replication=$((nodes < 3 ? nodes : 3))
   cluster_id="$(kraft_id)"
   # Several nodes: each a voter of the first quorum, named with its metadata log
   # directory's id.
@@ -421,9 +421,12 @@ start() {
     "$0" kafka-class kafka.tools.StorageTool format "${quorum[@]}" -t "$cluster_id" \
       -c "$RUN/$name/server.properties" --add-scram "SCRAM-SHA-512=[name=$SECURE_USER,password=$secure_password]" \
       >"$LOGS/$name-format.log" 2>&1 &
+    formats+=($!)
   done
-  for ((n = 1; n <= nodes; n++)); do
-    wait -n || { cat "$LOGS"/kafka*-format.log >&2; die "formatting Kafka storage failed"; }
+  # Each format by its pid: `wait -n` also returns for an earlier process
+  # substitution, and a node started before its format ends finds no meta.properties.
+  for pid in "${formats[@]}"; do
+    wait "$pid" || { cat "$LOGS"/kafka*-format.log >&2; die "formatting Kafka storage failed"; }
   done
 
   # The JVMs start together (they don't depend on each other) to save time.

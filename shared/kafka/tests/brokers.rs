@@ -2,9 +2,9 @@
 //! and started again on its data, and the output still equals the embedded
 //! runtime's, nothing lost and nothing doubled. Runs on a local stack of three KRaft
 //! nodes (`VIGIL_BROKERS=3`), which `scripts/test.sh` starts for this file alone;
-//! `vigil provision` gives the topics three replicas and min.insync.replicas 2. The order of events is driven:
-//! a third of the input, the kill, a third read and committed on the two brokers
-//! left, the restart, the rest.
+//! `vigil provision` gives the topics three replicas and min.insync.replicas 2. The
+//! order of events is driven: a third of the input, the kill, a third read and
+//! committed on the two brokers left, the restart, the rest.
 
 mod support;
 
