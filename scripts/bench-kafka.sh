@@ -44,7 +44,7 @@
 # side by side (only the latency probe is built then); KAFKA_HEAP_OPTS and
 # KAFKA_JVM_PERFORMANCE_OPTS replace the broker's JVM arguments (e.g.
 # KAFKA_HEAP_OPTS=-Xmx512m for the local stack's, or on a machine without 6 GiB to
-# spare).
+# spare); VIGIL_TOPICS_COMPRESSION the codec the services write with (default zstd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE="${1:-1000}"
@@ -144,6 +144,23 @@ process_preloaded() {
           c, c ? 1000 * s / c : 0, a, r, l }')"
   done
   awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" 'BEGIN { printf "broker: CPU %.1f s\n", b - a }'
+  echo "broker: $(log_bytes) (Vigil's written with compression ${VIGIL_TOPICS_COMPRESSION:-zstd})"
+}
+
+# The bytes the broker's logs hold (Kafka's LogDirs tool): the input topics' (as the
+# generator wrote them, uncompressed) and the rest's (what the stages wrote).
+log_bytes() {
+  scripts/local-stack.sh kafka-class org.apache.kafka.tools.LogDirsCommand \
+    --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" --describe 2>/dev/null | grep '^{' | python3 -c '
+import json, sys
+sizes = {"input": 0, "vigil": 0}
+for b in json.load(sys.stdin)["brokers"]:
+    for d in b["logDirs"]:
+        for p in d["partitions"]:
+            topic = p["partition"].rsplit("-", 1)[0]
+            if not topic.startswith("__"):
+                sizes["input" if topic in ("orders", "payments", "device-events") else "vigil"] += p["size"]
+print(sizes["input"], "bytes in the input topics,", sizes["vigil"], "in the topics Vigil writes")'
 }
 
 # Stops the services and deletes every topic they and the generator use (and with

@@ -30,7 +30,7 @@ impl Default for TopicsConfig {
             namespace: String::new(),
             replication_factor: 0,
             min_insync_replicas: 0,
-            compression: "lz4".into(),
+            compression: "zstd".into(),
         }
     }
 }
