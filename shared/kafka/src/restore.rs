@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::info;
+use tracing::{debug, info};
 use vigil_stream::changelog::Stateful;
 
 use crate::core::{entry_of, RestoredTask, TaskRestore};
@@ -166,18 +166,34 @@ fn read_partition<O: Stateful>(
     reader.assign(&tpl)?;
     let mut restored = Restored::default();
     let mut idle_since: Option<Instant> = None;
+    let mut last_error: Option<KafkaError> = None;
     loop {
         let m = match reader.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => m,
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(finish(tasks, restored)),
-            Some(Err(e)) => return Err(anyhow!(e).context(format!("cannot read `{changelog}` [{partition}]"))),
-            None if failed.load(Ordering::Relaxed) => bail!("another changelog partition's restore failed"),
-            None => {
+            Some(Err(e)) if reader.client().fatal_error().is_some() => {
+                return Err(anyhow!(e).context(format!("cannot read `{changelog}` [{partition}]")));
+            }
+            // Not fatal: one broker of several down (its connection refused) while
+            // the partition's new leader serves it, say. The client retries by
+            // itself, as the member's consumer does; only a stall fails the restore.
+            polled => {
+                if let Some(Err(e)) = polled {
+                    debug!(%changelog, partition, error = %e, "changelog reader error; reading on");
+                    last_error = Some(e);
+                }
+                if failed.load(Ordering::Relaxed) {
+                    bail!("another changelog partition's restore failed");
+                }
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > STALL_LIMIT {
+                    let cause = match &last_error {
+                        Some(e) => format!("the last error: {e}"),
+                        None => "a transaction left open may be holding it back".to_string(),
+                    };
                     bail!(
                         "restoring from `{changelog}` read nothing for {STALL_LIMIT:?} before the end of partition \
-                         {partition}; a transaction left open may be holding it back"
+                         {partition}; {cause}"
                     );
                 }
                 continue;
