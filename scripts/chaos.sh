@@ -7,10 +7,11 @@
 #   scripts/chaos.sh                        FAULTS=24 (a few minutes)
 #   FAULTS=60 SEED=3 scripts/chaos.sh
 #   TARGET=compose scripts/chaos.sh         against the docker-compose.yml cluster
+#   BROKERS=3 FAULTS=50 scripts/chaos.sh    three brokers, with the kinds of broker faults below
 #
 # Targets (scripts/lib/chaos-$TARGET.sh):
 #   local    the six services as release binaries, one instance each, on a local
-#            stack (scripts/local-stack.sh)
+#            stack (scripts/local-stack.sh) of BROKERS nodes (1)
 #   compose  the compose cluster: kafka, schema-registry, jobmanager, taskmanagers
 #
 # Fault kinds, taken in a shuffled round (SEED):
@@ -24,6 +25,18 @@
 #                  (compose: taskmanager) restarts and has to fetch its schemas
 #   rebalance      local: a keyed stage grows to three instances and back to one;
 #                  compose: two taskmanagers join and leave; twice
+# On three brokers (BROKERS=3, local; added to the kinds by default), the node that:
+#   leader-kill            leads a random input partition, killed (SIGKILL)
+#   changelog-leader-kill  leads a random changelog partition, killed
+#   txn-coordinator-kill   coordinates a random stage member's transactions, killed
+#   group-coordinator-kill coordinates a random stage's consumer group, killed
+#   rolling-restart        every node in turn, stopped and started, the next once all
+#                          partitions are back in sync
+#   node-freeze            a random node, frozen for 20 s (past the session timeouts)
+#   node-wipe              a random node, killed, its log directory deleted, started
+#                          again: it re-replicates every partition it had
+# (the broker-* kinds act on node 1.) A killed node starts again once the stages have
+# recovered without it; the next fault waits until every partition is back in sync.
 #
 # After each fault the suite waits for recovery: every stage healthy and, while the
 # input flows, every stage hit has committed again. It prints the faults by kind, the
@@ -32,7 +45,9 @@
 #
 # Env: TARGET (local), FAULTS (24), SEED (1), SCALE (planted dataset, thousands of
 #      events; 40), FAULT_GAP seconds between faults (3), KINDS (a subset of the
-#      kinds above), KEYS (the generator's --keys: join, none or other; join); the
+#      kinds above), KEYS (the generator's --keys: join, none or other; join),
+#      BROKERS (local: 1 or 3), FAULT_SECONDS (the time a fault takes, for the input's
+#      rate: 12, or 50 on three brokers, whose nodes take longer to come back); the
 #      target's own (see its file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +60,12 @@ FAULT_GAP="${FAULT_GAP:-3}"
 WORK="$PWD/.cache/chaos-$TARGET"
 DATA="$WORK/planted-$SCALE"
 LOGS="$WORK/logs"
-read -r -a KINDS <<<"${KINDS:-kill9 pause broker-restart broker-crash broker-pause registry-outage rebalance}"
+BROKERS="${BROKERS:-1}"
+BROKER_KINDS="leader-kill changelog-leader-kill txn-coordinator-kill group-coordinator-kill rolling-restart node-freeze node-wipe"
+KINDS_DEFAULT="kill9 pause broker-restart broker-crash broker-pause registry-outage rebalance"
+((BROKERS < 3)) || KINDS_DEFAULT="$KINDS_DEFAULT $BROKER_KINDS"
+read -r -a KINDS <<<"${KINDS:-$KINDS_DEFAULT}"
+FAULT_SECONDS="${FAULT_SECONDS:-$((BROKERS < 3 ? 12 : 50))}"
 log() { printf 'chaos: %s\n' "$*" >&2; }
 
 cargo build --release --workspace --bins --locked
@@ -66,8 +86,8 @@ cleanup() {
 trap cleanup EXIT
 chaos_up
 
-# The input flows for about as long as the schedule takes (~12 s a fault).
-rate=$((records / (FAULTS * 12) + 1))
+# The input flows for about as long as the schedule takes (~FAULT_SECONDS a fault).
+rate=$((records / (FAULTS * FAULT_SECONDS) + 1))
 log "producing $records records at $rate records/s while $FAULTS faults are injected"
 target/release/vigil generate --kafka --input "$DATA" --rate "$rate" --keys "${KEYS:-join}" 2>"$LOGS/generator.log" &
 GENERATOR=$!
@@ -90,7 +110,7 @@ recover() {
 }
 
 RANDOM=$SEED
-declare -A COUNT RECOVERY
+declare -A COUNT RECOVERY REJOIN
 order=()
 for ((i = 0; i < FAULTS; i++)); do
   if ((i % ${#KINDS[@]} == 0)); then # a new round, shuffled
@@ -105,6 +125,13 @@ for ((i = 0; i < FAULTS; i++)); do
   took=$(recover "$since" "${HIT[@]}")
   COUNT[$kind]=$((${COUNT[$kind]:-0} + 1))
   RECOVERY[$kind]="${RECOVERY[$kind]:-} $took"
+  log "  recovered in $took s"
+  # The target's own repair after recovery (local, several brokers: a killed node
+  # started again, every partition back in sync), timed apart.
+  if declare -F restore >/dev/null; then
+    back=$(restore)
+    [[ -z "$back" ]] || { REJOIN[$kind]="${REJOIN[$kind]:-} $back"; log "  brokers back in sync in $back s"; }
+  fi
   sleep "$FAULT_GAP"
 done
 
@@ -120,18 +147,22 @@ while (($(wc -l <"$WORK/kafka.txt") != prev)); do
 done
 target/release/vigil-pipeline --input "$DATA" >"$WORK/embedded.txt" 2>"$LOGS/embedded.log"
 
+# min / median / max of the numbers in $1.
+spread() {
+  [[ -n "${1// /}" ]] || { echo -; return; }
+  tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print a[1] " / " a[int((NR+1)/2)] " / " a[NR]}'
+}
 echo
-echo "| fault | injected | recovery s (min / median / max) |"
-echo "|---|---|---|"
+echo "| fault | injected | recovery s (min / median / max) | brokers back in sync s (min / median / max) |"
+echo "|---|---|---|---|"
 total=0
 for kind in "${KINDS[@]}"; do
   n=${COUNT[$kind]:-0}
   total=$((total + n))
-  ((n > 0)) || { echo "| $kind | 0 | - |"; continue; }
-  read -r lo mid hi < <(tr ' ' '\n' <<<"${RECOVERY[$kind]}" | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print a[1], a[int((NR+1)/2)], a[NR]}')
-  echo "| $kind | $n | $lo / $mid / $hi |"
+  ((n > 0)) || { echo "| $kind | 0 | - | - |"; continue; }
+  echo "| $kind | $n | $(spread "${RECOVERY[$kind]}") | $(spread "${REJOIN[$kind]:-}") |"
 done
-echo "| all | $total | |"
+echo "| all | $total | | |"
 echo
 echo "stage members restarted in-process after a fault (running instances): $(restarts)"
 verdict=0

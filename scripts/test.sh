@@ -4,8 +4,8 @@
 # Apache Kafka broker (KRaft) and schema registry that this script fetches (once,
 # into .cache/) and starts on loopback, and stops again at the end; then the broker
 # fault test (shared/kafka/tests/brokers.rs) on a second stack of three brokers; then
-# the compose cluster's test (scripts/compose-test.sh; VIGIL_SKIP_COMPOSE=1 leaves it
-# out).
+# the compose cluster's test (scripts/compose-test.sh) on one broker and on three
+# (VIGIL_COMPOSE_BROKERS=1 only the first; VIGIL_SKIP_COMPOSE=1 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +45,6 @@ VIGIL_BROKERS=3 scripts/local-stack.sh start
 scripts/local-stack.sh stop
 
 if [[ -z "${VIGIL_SKIP_COMPOSE:-}" ]]; then
-  echo "== the compose cluster"
-  scripts/compose-test.sh
+  echo "== the compose cluster, on one broker and on three with a partition leader killed"
+  VIGIL_COMPOSE_BROKERS="${VIGIL_COMPOSE_BROKERS:-1 3}" scripts/compose-test.sh
 fi
