@@ -220,12 +220,14 @@ fn a_hanging_offset_commit_of_its_own_producer_does_not_stop_a_stage() {
     let leave_hanging = |stack: &Stack, producer_id, epoch| {
         // TxnOffsetCommit (v2) outside any transaction: a pending offset commit that no
         // marker will end.
+        // On the topic the stage reads: enriched-payments' copy between stages.
+        let read = support::names().between_stages(ENRICHED_PAYMENTS.name);
         let mut commit = Request::new(28, 2);
         commit.string(TRANSACTIONAL_ID).string(&stack.group(STAGE)).i64(producer_id).i16(epoch);
-        commit.i32(1).string(ENRICHED_PAYMENTS.name).i32(1).i32(0).i64(0).i32(-1).i16(-1);
+        commit.i32(1).string(&read).i32(1).i32(0).i64(0).i32(-1).i16(-1);
         let answer = commit.send(&stack.bootstrap);
         // throttle, 1 topic, its name, 1 partition, index, error code
-        let at = 4 + 4 + 2 + ENRICHED_PAYMENTS.name.len() + 4 + 4;
+        let at = 4 + 4 + 2 + read.len() + 4 + 4;
         assert_eq!(i16_at(&answer, at), 0, "TxnOffsetCommit error code");
     };
     let log = survives_a_hanging_write("hanging-", leave_hanging);

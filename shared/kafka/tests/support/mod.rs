@@ -46,12 +46,12 @@ pub fn topology() -> Topology {
     SeedPipeline::default().topology()
 }
 
-/// The topics of results a user reads.
 /// The seed pipeline's names on the cluster, in no namespace.
 pub fn names() -> vigil_kafka::names::Names {
     vigil_kafka::names::Names::new(&Default::default(), &topology())
 }
 
+/// The topics of results a user reads.
 pub fn result_topics() -> Vec<&'static Topic> {
     topology().result_topics()
 }
