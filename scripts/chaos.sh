@@ -195,4 +195,9 @@ else
   echo "INPUT NOT ACCOUNTED FOR: the input stages read ${SOURCE[read]} (dead letters ${SOURCE[dead]}), the embedded run $e_read ($e_dead)"
   verdict=1
 fi
+# A run that failed keeps its broker (or cluster) running, for a post-mortem of its
+# topics: the input as the broker holds it tells a producer's duplicate from a stage's.
+if ((verdict != 0)) && [[ -z "${KEEP_STACK:-}${KEEP_CLUSTER:-}" ]]; then
+  KEEP_STACK=1 KEEP_CLUSTER=1
+fi
 exit "$verdict"
