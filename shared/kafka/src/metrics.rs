@@ -46,6 +46,8 @@ pub struct MetricsRegistry {
     changelog_bytes: IntCounterVec,
     restore_seconds: GaugeVec,
     rerouted: IntCounterVec,
+    out_of_order: IntCounterVec,
+    held_for_order: IntGaugeVec,
     paused: IntGaugeVec,
     degraded: IntGaugeVec,
     input_ended: IntGaugeVec,
@@ -168,6 +170,16 @@ impl MetricsRegistry {
             ),
             restore_seconds: gauges("restore_seconds", "How long the member's last task restore took"),
             paused: int_gauges("paused_partitions", "Input partitions paused for running ahead of their task"),
+            out_of_order: counters(
+                "records_out_of_order_total",
+                "Forwarded records released below the last one released: their producer's clock stepped back, \
+                 or a writer came back from idleness with older records (docs/design-keying-lateness.md)",
+                &member,
+            ),
+            held_for_order: int_gauges(
+                "records_held_for_order",
+                "Forwarded records waiting in their task's merge until every writer has read past them",
+            ),
             input_ended: int_gauges(
                 "input_ended",
                 "1 once every task of the member has read the end of its input (end-of-input markers): all its \
@@ -230,6 +242,8 @@ impl MetricsRegistry {
             changelog_bytes: self.changelog_bytes.with_label_values(&l),
             restore_seconds: self.restore_seconds.with_label_values(&l),
             rerouted: self.rerouted.with_label_values(&l),
+            out_of_order: self.out_of_order.with_label_values(&l),
+            held_for_order: self.held_for_order.with_label_values(&l),
             paused: self.paused.with_label_values(&l),
             degraded: self.degraded.with_label_values(&l),
             input_ended: self.input_ended.with_label_values(&l),
@@ -301,6 +315,8 @@ pub struct MemberMetrics {
     pub changelog_bytes: IntCounter,
     pub restore_seconds: Gauge,
     pub rerouted: IntCounter,
+    pub out_of_order: IntCounter,
+    pub held_for_order: IntGauge,
     pub paused: IntGauge,
     pub degraded: IntGauge,
     pub input_ended: IntGauge,

@@ -2,7 +2,7 @@
 //! readers downstream and on the repartition topics, the changelog entries that
 //! changed, the input offsets), and going back to the last commit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use vigil_stream::changelog::StateWrite;
@@ -14,8 +14,8 @@ use super::commit_policy::{CommitPolicy, Reading};
 use super::markers::Marker;
 use super::restore::{changelog_key, TASK_RECORD};
 use super::task::{TaskRecord, TaskState};
-use super::{Encode, Slot, TaskCore};
-use crate::inputs::Input;
+use super::{Encode, Slot, Stamp, TaskCore};
+use crate::inputs::{Input, InputKind};
 
 /// A changelog record: its partition, its key (task and entry), its value or a
 /// tombstone.
@@ -31,8 +31,9 @@ pub struct ChangelogWrite {
 pub struct CommitBatch {
     /// Markers for every partition of the watermarked topics.
     pub markers: Vec<Marker>,
-    /// Markers for every partition of this stage's repartition topics.
-    pub repartition_markers: Vec<Marker>,
+    /// Markers for every partition of this stage's repartition topics: (the
+    /// repartition input, its marker).
+    pub repartition_markers: Vec<(usize, Marker)>,
     pub changelog: Vec<ChangelogWrite>,
     /// The next offset to read of each input partition.
     pub offsets: Vec<(Slot, i64)>,
@@ -102,17 +103,35 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let mut batch = CommitBatch::default();
         let ids: Vec<i32> = self.tasks.keys().copied().collect();
         let mut writes = Vec::new();
+        let carriers: Vec<(usize, usize)> = (0..self.inputs.len())
+            .filter_map(|r| match self.inputs[r].kind {
+                InputKind::Repartition { source } => Some((r, source)),
+                _ => None,
+            })
+            .collect();
         for id in ids {
             let record = self.task_record(id);
             let partition = id % self.partitions;
             let source = self.source_watermark(id);
             let answer = self.answer(id);
+            let read_to: BTreeMap<Slot, Stamp> =
+                self.slots_of(id).filter_map(|slot| Some((slot, *self.read_to.get(&slot)?))).collect();
+            let sent_read_to = &mut self.sent_read_to;
             let task = self.tasks.get_mut(&id).expect("a listed task");
             task.answered = task.answered.max(answer);
             if let Some((watermark, idle)) = source {
-                if task.repartition_marker_due(watermark, idle) {
+                // What it forwarded moved: its readers' merges wait to hear it.
+                let forwarded = !idle
+                    && watermark != NO_WATERMARK
+                    && read_to.iter().any(|(slot, at)| sent_read_to.get(slot) != Some(at));
+                if task.repartition_marker_due(watermark, idle) || forwarded {
                     let generation = task.answered;
-                    batch.repartition_markers.push(Marker { task: Some(id as u32), watermark, idle, generation });
+                    for &(r, source) in &carriers {
+                        let read_to = read_to.get(&(source, id)).copied();
+                        let marker = Marker { task: Some(id as u32), watermark, idle, generation, read_to };
+                        batch.repartition_markers.push((r, marker));
+                    }
+                    sent_read_to.extend(read_to.iter().map(|(&slot, &at)| (slot, at)));
                     task.sent_source_watermark = task.sent_source_watermark.max(watermark);
                     task.sent_source_idle = idle;
                     task.sent_answered = generation;
@@ -140,13 +159,14 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 value,
             }));
         }
-        batch.offsets = self.positions.iter().map(|(&slot, &next)| (slot, next)).collect();
+        self.to_commit = self.positions.keys().filter_map(|&slot| Some((slot, self.commit_position(slot)?))).collect();
+        batch.offsets = self.to_commit.iter().map(|(&slot, &next)| (slot, next)).collect();
         batch
     }
 
     /// The transaction committed: what it wrote is the state to come back to.
     pub fn committed(&mut self) {
-        self.committed = self.positions.clone();
+        self.committed = std::mem::take(&mut self.to_commit);
         for task in self.tasks.values_mut() {
             task.committed_ledger = task.task.ledger;
         }
@@ -167,6 +187,22 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             self.begin_restore(task);
         }
         Rewind { tasks, slots: slots.into_iter().collect() }
+    }
+
+    /// Where a restart reads an input partition from: its next offset, or the first
+    /// record its merge holds (a merge's records are read again, not written down).
+    pub(super) fn commit_position(&self, (i, p): Slot) -> Option<i64> {
+        let next = *self.positions.get(&(i, p))?;
+        let own = p as usize;
+        let held = match self.inputs[i].kind {
+            InputKind::Source { .. } => {
+                let merge = self.repartition_of(i).and_then(|r| self.merges.get(&(r, p)));
+                merge.and_then(|m| m.first_held(|w| w == own))
+            }
+            InputKind::Repartition { .. } => self.merges.get(&(i, p)).and_then(|m| m.first_held(|w| w != own)),
+            InputKind::Upstream => None,
+        };
+        Some(held.map_or(next, |held| held.min(next)))
     }
 
     /// Where an input partition was last committed (`None`: never).

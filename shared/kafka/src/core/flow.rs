@@ -24,6 +24,8 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     /// from being paused and resumed over and over: a resumed partition is fetched
     /// afresh). The partition holding its task back is never ahead, so a task always
     /// has input to make progress with.
+    /// Not a repartition partition, nor the source of a task that forwards or merges
+    /// forwarded records (see `merge`).
     /// Held source partitions of a task waiting for its repartition writers stay
     /// paused until it can read them (those looked ahead on are rewound first).
     pub fn flow(&mut self) -> Flow {
@@ -31,6 +33,10 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let mut flow = Flow::default();
         for (&id, task) in &self.tasks {
             let waiting = self.waiting(id);
+            // A merge waits on what every writer has read: pausing a writer's source,
+            // or a merge's input, for skew could hold the merge that would let the
+            // task catch up.
+            let merging = self.forwarding(id) || self.merging(id);
             for slot in self.slots_of(id) {
                 let own = match (&self.clocks[slot.0], &self.upstream[slot.0]) {
                     (Some(clock), _) => clock.partition_watermark(slot.1 as usize),
@@ -39,7 +45,8 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 };
                 let ahead = own.map_or(0, |w| w.saturating_sub(task.task.watermark()));
                 let limit = if self.paused.contains(&slot) { self.max_skew_ms / 2 } else { self.max_skew_ms };
-                let skewed = task.task.watermark() != NO_WATERMARK && ahead > limit;
+                let merged = self.inputs[slot.0].is_repartition() || (merging && self.inputs[slot.0].is_source());
+                let skewed = task.task.watermark() != NO_WATERMARK && ahead > limit && !merged;
                 let paused = self.paused.contains(&slot);
                 let keep = match self.held.get(&slot) {
                     None => false,

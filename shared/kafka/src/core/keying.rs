@@ -5,6 +5,7 @@ use vigil_model::Millis;
 use vigil_stream::watermark::NO_WATERMARK;
 use vigil_stream::Stage;
 
+use super::merge::Bound;
 use super::{Encode, TaskCore};
 
 /// How many records in a row a task must find on the partition of their key before it
@@ -80,7 +81,41 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let active: Vec<Millis> = sources.flatten().collect();
         // A forwarding task is never at "no watermark" itself, which means undecided.
         let watermark = active.iter().copied().min().unwrap_or(task.sent_source_watermark).max(NO_WATERMARK + 1);
-        let forwarding = task.forwarding_until != NO_WATERMARK && task.forwarding_until >= watermark;
-        Some((watermark, active.is_empty() || !forwarding))
+        Some((watermark, active.is_empty() || !self.forwarding_at(id, watermark)))
+    }
+
+    /// Whether task `id` forwards its source records, all of them: it has rerouted
+    /// one lately (its source watermark has not passed `forwarding_until`).
+    pub(super) fn forwarding(&self, id: i32) -> bool {
+        let lowest = self
+            .slots_of(id)
+            .filter_map(|(i, p)| self.clocks[i].as_ref()?.partition_watermark(p as usize))
+            .min()
+            .unwrap_or(self.tasks[&id].sent_source_watermark)
+            .max(NO_WATERMARK + 1);
+        self.forwarding_at(id, lowest)
+    }
+
+    /// Whether a source record of `slot` needs its producer's sequence number: its
+    /// task may forward it or merge it with forwarded ones (it is deciding, has
+    /// forwarded before, or another task forwards to it).
+    pub fn stamps_needed(&self, (_, p): super::Slot) -> bool {
+        let id = self.parallelism.task_of(p);
+        let Some(task) = self.tasks.get(&id) else { return false };
+        self.inputs.iter().any(crate::inputs::Input::is_repartition)
+            && (!task.decided || task.forwarding_until != NO_WATERMARK || self.merging(id))
+    }
+
+    /// Whether a writer other than task `id` forwards records of its key partitions.
+    pub(super) fn merging(&self, id: i32) -> bool {
+        self.slots_of(id).filter(|&(i, _)| self.inputs[i].is_repartition()).any(|(i, p)| {
+            let u = self.upstream[i].as_ref().expect("a repartition input has writers");
+            (0..u.writers()).any(|w| w != p as usize && u.bound(p as usize, w) != Bound::LeftOut)
+        })
+    }
+
+    fn forwarding_at(&self, id: i32, watermark: Millis) -> bool {
+        let until = self.tasks[&id].forwarding_until;
+        until != NO_WATERMARK && until >= watermark
     }
 }

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use vigil_model::Millis;
 use vigil_stream::watermark::{END_OF_TIME, NO_WATERMARK};
 
+use super::merge::{Bound, Stamp};
+
 /// What a marker says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marker {
@@ -24,15 +26,18 @@ pub struct Marker {
     /// On a repartition topic, the latest generation its writer asked or answered
     /// (see the module's comment); 0 elsewhere.
     pub generation: u64,
+    /// On a repartition topic, the last record its writer read of its source
+    /// partition: everything it forwards later is stamped above it (see `merge`).
+    pub read_to: Option<Stamp>,
 }
 
 impl Marker {
     /// An external producer's end of a partition's input.
-    pub const END: Marker = Marker { task: None, watermark: Millis::MAX, idle: false, generation: 0 };
+    pub const END: Marker = Marker { task: None, watermark: Millis::MAX, idle: false, generation: 0, read_to: None };
 
     /// A task's marker, on a topic without generations.
     pub fn of(task: u32, watermark: Millis, idle: bool) -> Marker {
-        Marker { task: Some(task), watermark, idle, generation: 0 }
+        Marker { task: Some(task), watermark, idle, generation: 0, read_to: None }
     }
 }
 
@@ -55,9 +60,11 @@ pub struct Writer {
     pub idle: bool,
     #[serde(default)]
     pub generation: u64,
+    #[serde(default)]
+    pub read_to: Option<Stamp>,
 }
 
-const SILENT: Writer = Writer { watermark: NO_WATERMARK, idle: false, generation: 0 };
+const SILENT: Writer = Writer { watermark: NO_WATERMARK, idle: false, generation: 0, read_to: None };
 
 impl UpstreamWatermarks {
     pub fn new(partitions: u32, writers: u32) -> Self {
@@ -74,6 +81,7 @@ impl UpstreamWatermarks {
                 watermark: slot.watermark.max(marker.watermark),
                 idle: marker.idle,
                 generation: slot.generation.max(marker.generation),
+                read_to: slot.read_to.max(marker.read_to),
             };
         }
     }
@@ -105,6 +113,16 @@ impl UpstreamWatermarks {
     /// Whether a writer is left out of the partition's watermark.
     fn left_out(&self, partition: usize, w: &Writer) -> bool {
         w.idle && w.generation >= self.awaiting[partition]
+    }
+
+    /// What the partition's writer `task` lets its merge assume: nothing, if it is
+    /// left out or ended; else how far it has read.
+    pub fn bound(&self, partition: usize, task: usize) -> Bound {
+        let w = &self.partitions[partition][task];
+        if self.left_out(partition, w) || w.watermark == END_OF_TIME {
+            return Bound::LeftOut;
+        }
+        Bound::ReadTo(w.read_to)
     }
 
     /// Whether the partition's writer `task` is idle.
@@ -149,6 +167,11 @@ impl UpstreamWatermarks {
             .filter(|w| self.left_out(partition, w) && w.watermark != NO_WATERMARK && w.watermark != END_OF_TIME)
             .map(|w| w.watermark)
             .min()
+    }
+
+    /// How many tasks write each partition.
+    pub fn writers(&self) -> usize {
+        self.partitions.first().map_or(0, Vec::len)
     }
 
     /// One partition's state, for a task's snapshot.
@@ -212,15 +235,15 @@ mod tests {
     fn an_idle_writer_counts_until_it_answers_the_generation_its_reader_asked() {
         let mut u = UpstreamWatermarks::new(1, 2);
         u.update(0, Marker::of(0, 5_000, false));
-        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 1 });
+        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 1, read_to: None });
         assert_eq!(u.watermark(0), Some(5_000));
         u.ask(0, 2);
         assert!(u.unanswered(0));
         assert_eq!(u.watermark(0), Some(3_000), "writer 1 holds it where it last was");
-        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 1 });
+        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 1, read_to: None });
         assert_eq!(u.watermark(0), Some(3_000), "a repeat of an older generation answers nothing");
-        u.update(0, Marker { task: Some(0), watermark: 6_000, idle: false, generation: 2 });
-        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 2 });
+        u.update(0, Marker { task: Some(0), watermark: 6_000, idle: false, generation: 2, read_to: None });
+        u.update(0, Marker { task: Some(1), watermark: 3_000, idle: true, generation: 2, read_to: None });
         assert!(!u.unanswered(0));
         assert_eq!(u.watermark(0), Some(6_000));
         u.undecided(0, 1);

@@ -39,6 +39,7 @@ pub mod idleness;
 pub mod input;
 pub mod keying;
 pub mod markers;
+pub mod merge;
 pub mod restore;
 pub mod task;
 pub mod watermarks;
@@ -51,8 +52,9 @@ use vigil_stream::changelog::StateError;
 use vigil_stream::changelog::Stateful;
 use vigil_stream::partition::Partitioner;
 use vigil_stream::source_clock::{Idleness, SourceClock};
+use vigil_stream::stage::In;
 use vigil_stream::stage::Out;
-use vigil_stream::watermark::NO_WATERMARK;
+use vigil_stream::watermark::{BoundedOutOfOrderness, NO_WATERMARK};
 use vigil_stream::{Stage, WriteRecord};
 
 use crate::inputs::{self, Input, InputKind, Parallelism};
@@ -60,6 +62,8 @@ use crate::status::TaskStatus;
 pub use commit::{ChangelogWrite, CommitBatch, Rewind};
 pub use flow::Flow;
 pub use markers::{Marker, UpstreamWatermarks};
+use merge::Merge;
+pub use merge::Stamp;
 pub use restore::{changelog_key, entry_of, Correction, RestoredTask, TaskRestore};
 use task::TaskState;
 
@@ -71,6 +75,10 @@ pub enum Incoming<In> {
     Record {
         record: In,
         event_ts: Millis,
+        /// A source record's producer stamp (its partition and offset are the core's
+        /// to set); a forwarded record's origin (`None`: forwarded before stamps
+        /// existed, processed as it comes).
+        stamp: Option<Stamp>,
     },
     Marker(Marker),
     /// Not a record of the input's schema: the shell sends it to the dead letters.
@@ -84,7 +92,10 @@ pub enum Handling {
     Processed,
     /// Not on the partition of its key: the shell writes its bytes to repartition input
     /// `input`, partition `partition`, under `key`, where this stage reads it again.
-    Reroute { input: usize, partition: i32, key: String },
+    /// `origin` goes with it, for the merge at its key's task ([`merge`]).
+    Reroute { input: usize, partition: i32, key: String, origin: Stamp },
+    /// Read before a restart and forwarded then: nothing to do, nothing to count.
+    Seen,
     /// Not processed yet (its task waits for its repartition writers): the shell sends
     /// nothing for it (no dead letter either), and, if `seek` says so, pauses the
     /// partition and reads it again from there once [`TaskCore::flow`] resumes it.
@@ -144,6 +155,23 @@ pub struct TaskCore<S: Stage, E: Encode> {
     forwarding_ms: Millis,
     /// Idle source partitions woken since the shell last asked (see `resume`).
     woken: Vec<Slot>,
+    /// Per source partition, the last record read and not held: how far its task's
+    /// markers on the repartition topics say it has forwarded.
+    read_to: BTreeMap<Slot, Stamp>,
+    /// Per source partition restored, how far it had been read at the commit: records
+    /// below, read again, were forwarded then (see `commit_position`).
+    seen_to: BTreeMap<Slot, i64>,
+    /// Per source partition, the `read_to` its task's last markers said.
+    sent_read_to: BTreeMap<Slot, Stamp>,
+    /// Per repartition partition, the records forwarded to its task, in their merge.
+    merges: BTreeMap<Slot, Merge<In<S>>>,
+    /// Per repartition partition, the clock of its task's key partition: every
+    /// record of the source input it processed, in place or forwarded.
+    key_clocks: BTreeMap<Slot, BoundedOutOfOrderness>,
+    /// The input offsets the last `prepare_commit` gave.
+    to_commit: BTreeMap<Slot, i64>,
+    /// Records released by a merge below the last it released (see [`merge`]).
+    out_of_order: u64,
 }
 
 /// How a task's outputs are written in the core: encoded at once, with their topic.
@@ -189,6 +217,13 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             max_skew_ms,
             forwarding_ms,
             woken: Vec::new(),
+            read_to: BTreeMap::new(),
+            seen_to: BTreeMap::new(),
+            sent_read_to: BTreeMap::new(),
+            merges: BTreeMap::new(),
+            key_clocks: BTreeMap::new(),
+            to_commit: BTreeMap::new(),
+            out_of_order: 0,
         };
         core.reset_clocks();
         core
@@ -265,6 +300,16 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 ledger: t.committed_ledger,
             })
             .collect()
+    }
+
+    /// Records a merge released below the last it released, since the start.
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order
+    }
+
+    /// Forwarded records waiting in a merge for their turn.
+    pub fn held_for_order(&self) -> usize {
+        self.merges.values().map(Merge::held).sum()
     }
 
     /// Entries of keyed state over every task.

@@ -9,7 +9,9 @@ use vigil_stream::watermark::{END_OF_TIME, NO_WATERMARK};
 use vigil_stream::{Ledger, Operator, Stage, Task};
 
 use super::markers::Writer;
+use super::merge::{Merge, MergeProgress};
 use super::{Encode, TaskCore};
+use vigil_stream::watermark::BoundedOutOfOrderness;
 
 /// A task, and what it has told its readers: its markers downstream and on the
 /// repartition topics, how its source input is keyed, the generations asked of it.
@@ -133,6 +135,13 @@ pub(super) struct TaskRecord {
     /// committed with this state: see [`super::Correction`].
     #[serde(default)]
     pub(super) positions: Vec<(usize, i32, i64)>,
+    /// (source input, partition, next offset) where records held in a merge make a
+    /// restart read again from before the next offset (`positions`).
+    #[serde(default)]
+    pub(super) read: Vec<(usize, i32, i64)>,
+    /// (repartition input, partition, its merge, its key clock's highest event time).
+    #[serde(default)]
+    pub(super) merges: Vec<(usize, i32, MergeProgress, Millis)>,
 }
 
 fn no_watermark() -> Millis {
@@ -164,10 +173,21 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             upstream: Vec::new(),
             ledger: task.task.ledger,
             positions: Vec::new(),
+            read: Vec::new(),
+            merges: Vec::new(),
         };
         for (i, p) in self.slots_of(id) {
-            if let Some(&next) = self.positions.get(&(i, p)) {
-                record.positions.push((i, p, next));
+            if let Some(from) = self.commit_position((i, p)) {
+                record.positions.push((i, p, from));
+                let next = self.positions[&(i, p)];
+                if from < next && self.inputs[i].is_source() {
+                    record.read.push((i, p, next));
+                }
+            }
+            let merge = self.merges.get(&(i, p)).map(|m| m.progress());
+            let clock = self.key_clocks.get(&(i, p)).map(|c| c.max_event_ts());
+            if merge.is_some() || clock.is_some() {
+                record.merges.push((i, p, merge.unwrap_or_default(), clock.unwrap_or(NO_WATERMARK)));
             }
             if let Some(clock) = &self.clocks[i] {
                 record.sources.push((i, p, clock.progress(p as usize)));
@@ -194,6 +214,20 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         for (input, p, writers) in r.upstream {
             if let Some(Some(u)) = self.upstream.get_mut(input) {
                 u.restore_partition(p as usize, writers);
+            }
+        }
+        for (input, p, next) in r.read {
+            self.seen_to.insert((input, p), next);
+        }
+        for (input, p, progress, max_event_ts) in r.merges {
+            let writers = self.partitions as usize;
+            self.merges.entry((input, p)).or_insert_with(|| Merge::new(writers)).restore(progress);
+            if max_event_ts != NO_WATERMARK {
+                let bound = self.key_clock_bound(input);
+                self.key_clocks
+                    .entry((input, p))
+                    .or_insert_with(|| BoundedOutOfOrderness::new(bound))
+                    .observe(max_event_ts);
             }
         }
         for (input, p, generation) in r.awaiting {

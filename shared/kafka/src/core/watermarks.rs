@@ -5,7 +5,9 @@ use vigil_model::Millis;
 use vigil_stream::watermark::{END_OF_TIME, NO_WATERMARK};
 use vigil_stream::Stage;
 
+use super::merge::{Bound, Merge};
 use super::{Encode, TaskCore};
+use crate::inputs::InputKind;
 
 impl<S: Stage, E: Encode> TaskCore<S, E> {
     /// Gives every task the watermark of its input partitions, if it moved.
@@ -21,13 +23,24 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     /// alone (the source clocks take idleness from the shell's marks, not from the
     /// other partitions' event times).
     pub(super) fn advance_watermark(&mut self, id: i32) {
+        // Records whose turn came go first: an end or idleness just heard must not
+        // carry the watermark past them.
+        self.release(id);
+        self.move_watermark(id);
+    }
+
+    /// Gives task `id` the watermark of its input partitions, if it moved.
+    pub(super) fn move_watermark(&mut self, id: i32) {
         // Idle inputs are left out; a task whose inputs are all idle is idle itself.
         let (mut active, mut quiet) = (None, None);
-        for (i, p) in self.slots_of(id) {
-            let p = p as usize;
+        let slots: Vec<(usize, i32)> = self.slots_of(id).collect();
+        for (i, p) in slots {
             let (own, idle) = match (&self.clocks[i], &self.upstream[i]) {
-                (Some(clock), _) => (clock.partition_watermark(p), clock.idle_watermark(p)),
-                (_, Some(u)) => (u.watermark(p), u.idle_watermark(p)),
+                // Valued with its repartition partition, where its key partition merges.
+                (Some(_), _) if self.repartition_of(i).is_some() => (None, None),
+                (Some(clock), _) => (clock.partition_watermark(p as usize), clock.idle_watermark(p as usize)),
+                (_, Some(_)) if self.inputs[i].is_repartition() => self.merged_watermark((i, p)),
+                (_, Some(u)) => (u.watermark(p as usize), u.idle_watermark(p as usize)),
                 _ => (Some(NO_WATERMARK), None),
             };
             active = active.into_iter().chain(own).min();
@@ -50,6 +63,38 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         if task.task.advance(watermark, &mut self.scratch) {
             self.dirty = true;
             self.collect(id);
+        }
+    }
+
+    /// What a source input gives task k's watermark (active, and where its idle part
+    /// would hold it), valued at its repartition partition `(r, k)`: the clock of the
+    /// key partition's records in the order produced, wherever they came from, as a
+    /// keyed partition's clock would be (see `merge`). Idle once no record of it has
+    /// come for the idle timeout of producer time (a key partition no key hashes
+    /// to). While nothing takes part (its source partition idle or ended, no writer
+    /// forwarding), as those say.
+    fn merged_watermark(&mut self, (r, p): (usize, i32)) -> (Option<Millis>, Option<Millis>) {
+        let InputKind::Repartition { source } = self.inputs[r].kind else { unreachable!("a repartition input") };
+        let u = self.upstream[r].as_ref().expect("a repartition input has writers");
+        let clock = self.key_clocks.get(&(r, p)).map_or(NO_WATERMARK, |c| c.current());
+        let own = self.own_bound((r, p));
+        let bound = |w: usize| if w == p as usize { own } else { u.bound(p as usize, w) };
+        let merge = self.merges.entry((r, p)).or_insert_with(|| Merge::new(u.writers()));
+        if !merge.is_empty() {
+            // Records still to release: nothing carries the task past them.
+            return (Some(clock), None);
+        }
+        if (0..u.writers()).all(|w| bound(w) == Bound::LeftOut) {
+            let c = self.clocks[source].as_ref().expect("a source input has a clock");
+            let active = [c.partition_watermark(p as usize), u.watermark(p as usize)].into_iter().flatten().min();
+            let quiet = [c.idle_watermark(p as usize), u.idle_watermark(p as usize)].into_iter().flatten().min();
+            return (active, quiet);
+        }
+        let quiet_ms = self.config.runtime.idle_wall_clock_ms as Millis;
+        if merge.quiet(quiet_ms, bound) {
+            (None, (clock != NO_WATERMARK).then_some(clock))
+        } else {
+            (Some(clock), None)
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use serde::Serialize;
@@ -219,10 +220,17 @@ impl InputProducer {
 
     /// Produces a record, waiting for room when the client's queue is full. Each
     /// record is numbered, so that records carried over to a new client keep their
-    /// order (see [`InputProducer::restart`]).
+    /// order (see [`InputProducer::restart`]); a record with a value says its number
+    /// in `vigil-seq`, which orders the records sent in one millisecond to different
+    /// partitions (see `core::merge`).
     fn send(&self, record: BaseRecord<'_, str, [u8]>) -> Result<()> {
-        let BaseRecord { topic, partition, payload, key, timestamp, headers, .. } = record;
+        let BaseRecord { topic, partition, payload, key, timestamp, mut headers, .. } = record;
         let number = self.numbered.fetch_add(1, Ordering::SeqCst);
+        if headers.is_none() && payload.is_some() {
+            let seq = number.to_string();
+            headers =
+                Some(OwnedHeaders::new().insert(Header { key: marker_headers::SEQ, value: Some(seq.as_bytes()) }));
+        }
         let mut record = BaseRecord { topic, partition, payload, key, timestamp, headers, delivery_opaque: number };
         loop {
             self.restart_if_stalled()?;

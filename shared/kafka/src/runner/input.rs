@@ -16,7 +16,7 @@ use vigil_stream::Stage;
 
 use super::{concrete, Runner};
 use crate::codec::{CodecError, Decoding};
-use crate::core::{Emitted, Handling, Incoming, Slot};
+use crate::core::{Emitted, Handling, Incoming, Slot, Stamp};
 use crate::inputs;
 use crate::marker_headers;
 use crate::metrics::now_ms;
@@ -180,8 +180,18 @@ impl<S: Stage> Runner<S> {
                 // A repartition topic holds its source's records, read as that input's.
                 let topic = self.core.inputs()[slot.0].records;
                 let input = inputs::declared(self.core.inputs(), slot.0);
+                let stamp = match self.core.inputs()[slot.0].is_source() {
+                    true => Some(Stamp {
+                        at_ms: message.timestamp().to_millis().unwrap_or(0),
+                        seq: if self.core.stamps_needed(slot) { marker_headers::seq(message) } else { 0 },
+                        partition: p,
+                        offset,
+                    }),
+                    false if self.core.inputs()[slot.0].is_repartition() => marker_headers::origin(message),
+                    false => None,
+                };
                 match stage.read(input, Decoding::new(self.core.encoder(), topic, payload)) {
-                    Ok(record) => Incoming::Record { event_ts: stage.event_time(&record), record },
+                    Ok(record) => Incoming::Record { event_ts: stage.event_time(&record), record, stamp },
                     Err(CodecError::Decode(reason)) => {
                         undecodable = Some(reason);
                         Incoming::Undecodable
@@ -194,6 +204,8 @@ impl<S: Stage> Runner<S> {
         let handling = self.core.on_input(slot, offset, incoming)?;
         self.watch_woken();
         match handling {
+            // Forwarded before a restart: counted then.
+            Handling::Seen => return Ok(()),
             // Read again later: nothing of it counts yet.
             Handling::Held { seek } => {
                 if let Some(from) = seek {
@@ -201,10 +213,15 @@ impl<S: Stage> Runner<S> {
                 }
                 return Ok(());
             }
-            Handling::Reroute { input, partition, key } => {
-                // The record as it came, to the partition of its key in the repartition topic.
+            Handling::Reroute { input, partition, key, origin } => {
+                // The record as it came, to the partition of its key in the repartition
+                // topic, with where and when it was produced.
                 self.metrics.rerouted.inc();
-                let record = BaseRecord::to(self.topic(input)).partition(partition).key(key.as_str()).payload(payload);
+                let record = BaseRecord::to(self.topic(input))
+                    .partition(partition)
+                    .key(key.as_str())
+                    .payload(payload)
+                    .headers(marker_headers::origin_headers(origin));
                 self.send(record)?;
                 self.carries_records = true;
             }
@@ -257,6 +274,9 @@ impl<S: Stage> Runner<S> {
             self.consumer.resume(&resume).context("cannot resume partitions")?;
         }
         self.metrics.paused.set(self.core.paused() as i64);
+        self.metrics.held_for_order.set(self.core.held_for_order() as i64);
+        let behind = self.core.out_of_order().saturating_sub(self.metrics.out_of_order.get());
+        self.metrics.out_of_order.inc_by(behind);
         Ok(())
     }
 

@@ -137,10 +137,8 @@ impl<S: Stage> Runner<S> {
 
     /// The markers and changelog records of a commit.
     pub(super) fn write_batch(&self, batch: &CommitBatch) -> Result<()> {
-        let repartitions = (self.core.inputs().iter().zip(&self.input_topics)).filter(|(i, _)| i.is_repartition());
         let to_watermarked = batch.markers.iter().flat_map(|m| self.watermarked.iter().map(move |t| (t.as_str(), m)));
-        let to_repartitions = (batch.repartition_markers.iter())
-            .flat_map(|m| repartitions.clone().map(move |(_, name)| (name.as_str(), m)));
+        let to_repartitions = batch.repartition_markers.iter().map(|(r, m)| (self.input_topics[*r].as_str(), m));
         for (topic, marker) in to_watermarked.chain(to_repartitions) {
             for q in 0..self.core.partitions() {
                 self.send(BaseRecord::<[u8], [u8]>::to(topic).partition(q).headers(marker_headers::headers(*marker)))?;

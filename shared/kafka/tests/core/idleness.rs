@@ -119,7 +119,7 @@ fn an_idle_writer_speaks_on_the_repartition_topics_when_its_idleness_changes_its
     assert!(router.commit(&mut broker).is_empty());
     assert!(router.commit_repeating(&mut broker, true).is_empty());
     let asker = (busy as u32 + 1) % PARTITIONS;
-    let ask = Marker { task: Some(asker), watermark: 0, idle: true, generation: 1 };
+    let ask = Marker { task: Some(asker), watermark: 0, idle: true, generation: 1, read_to: None };
     router.feed((1, busy), i64::from(PARTITIONS), Incoming::Marker(ask));
     let answered = router.commit(&mut broker);
     let moved = said_busy(&answered).expect("the busy task answers");

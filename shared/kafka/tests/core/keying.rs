@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use vigil_datagen::planted;
 use vigil_datagen::traffic::Traffic;
 use vigil_kafka::core::driver::{all_slots, sorted, Broker, Cluster, Member, PARTITIONS};
-use vigil_kafka::core::{Handling, Incoming, Marker, Slot};
-use vigil_model::DeviceEvent;
+use vigil_kafka::core::{Handling, Incoming, Marker, Slot, Stamp};
+use vigil_model::{DeviceEvent, Millis};
 use vigil_operators::stages::{DeviceRouterStage, JoinEnrichStage};
 use vigil_operators::JoinInput;
 use vigil_stream::partition::partition_for;
@@ -27,10 +27,23 @@ fn a_record_off_its_keys_partition_goes_through_the_repartition_topic() {
     let ts = order.order_ts;
     let routed = m.feed((0, away), 0, record(JoinInput::Order(order.clone()), ts));
     // Input 2 is the orders' repartition topic.
-    assert_eq!(routed, Handling::Reroute { input: 2, partition: home, key: order.order_id.to_string() });
+    let origin = Stamp { partition: away, ..Stamp::default() };
+    let key = order.order_id.to_string();
+    assert_eq!(routed, Handling::Reroute { input: 2, partition: home, key, origin });
     let next = PARTITIONS as i64;
-    let again = m.feed((2, home), next, record(JoinInput::Order(order), ts));
-    assert_eq!(again, Handling::Processed, "read again at home: joined");
+    let forwarded = Incoming::Record { record: JoinInput::Order(order), event_ts: ts, stamp: Some(origin) };
+    let again = m.feed((2, home), next, forwarded);
+    assert_eq!(again, Handling::Processed, "read again at home");
+    // Its writers were idle: it asks them where they stand, and joins it once each
+    // has answered, the one forwarding saying it has read past it, and its own
+    // orders partition is known to have nothing older (the others have nothing to
+    // read).
+    for slot in all_slots(2).into_iter().filter(|&(_, p)| p != away) {
+        m.core.mark_idle(slot);
+    }
+    m.hear_answers();
+    // Their answers woke its own source partitions, which have nothing to read.
+    m.core.mark_idle((0, home));
     m.commit(&mut broker);
     let ledgers: Vec<_> =
         m.core.task_statuses().into_iter().map(|t| (t.task, t.ledger.read, t.ledger.rerouted)).collect();
@@ -87,7 +100,9 @@ fn join_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<
             JoinInput::Order(o) => o.order_id.clone(),
             JoinInput::Payment(p) => p.order_id.clone(),
         };
-        logs.entry((input, place(n, &key))).or_default().push(record(r, ts));
+        // Produced in dataset order, a millisecond apart.
+        let stamp = Some(Stamp { at_ms: n as Millis, ..Stamp::default() });
+        logs.entry((input, place(n, &key))).or_default().push(Incoming::Record { record: r, event_ts: ts, stamp });
     }
     let end = Marker::END;
     for slot in all_slots(2) {
@@ -129,5 +144,40 @@ fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_
         // to it, even from writers it has never heard.
         let unkeyed = Cluster::new(|| JoinEnrichStage, 2, join_logs(sparse)).silent_before_input().run(batch);
         assert_eq!(sorted(&unkeyed), expected, "unkeyed, partition 0 empty, writers silent, batches of {batch}");
+    }
+}
+
+/// The planted device events, in the order produced, on the partitions `place` picks
+/// (from the record's index and its site), each source partition ended.
+fn device_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
+    let dataset = vigil_datagen::Dataset::planted(1, 7);
+    let mut logs: BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> = BTreeMap::new();
+    let events = dataset.devices.iter().filter_map(|line| serde_json::from_str::<DeviceEvent>(line).ok());
+    for (n, e) in events.enumerate() {
+        // Produced 50 a millisecond, numbered as Vigil's producer numbers them.
+        let stamp = Some(Stamp { at_ms: (n / 50) as Millis, seq: n as u64, ..Stamp::default() });
+        let event_ts = e.event_ts;
+        let slot = (0, place(n, &e.site_id));
+        logs.entry(slot).or_default().push(Incoming::Record { record: e, event_ts, stamp });
+    }
+    for slot in all_slots(1) {
+        logs.entry(slot).or_default().push(Incoming::Marker(Marker::END));
+    }
+    logs
+}
+
+#[test]
+fn device_events_are_judged_late_as_if_keyed_whatever_their_partition() {
+    let home = |_: usize, site: &str| partition_for(site.as_bytes(), PARTITIONS) as i32;
+    let keyed = sorted(&Cluster::new(|| DeviceRouterStage, 2, device_logs(home)).run(1));
+    assert!(keyed.iter().any(|l| l.starts_with("device-events-late")), "the planted late heartbeat");
+    // Unkeyed: runs of records on one partition (a sticky partitioner), or spread.
+    let sticky = |n: usize, _: &str| ((n / 37) % PARTITIONS as usize) as i32;
+    let spread = |n: usize, _: &str| ((n * 7 + n / 3) % PARTITIONS as usize) as i32;
+    for batch in [1, 5, 10_000] {
+        let got = sorted(&Cluster::new(|| DeviceRouterStage, 2, device_logs(sticky)).run(batch));
+        assert_eq!(got, keyed, "sticky, batches of {batch}");
+        let got = sorted(&Cluster::new(|| DeviceRouterStage, 2, device_logs(spread)).run(batch));
+        assert_eq!(got, keyed, "spread, batches of {batch}");
     }
 }

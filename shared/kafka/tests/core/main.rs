@@ -41,7 +41,7 @@ fn join_input() -> Vec<(Slot, i64, JoinInput, Millis)> {
 }
 
 fn record<I>(record: I, event_ts: Millis) -> Incoming<I> {
-    Incoming::Record { record, event_ts }
+    Incoming::Record { record, event_ts, stamp: None }
 }
 
 /// The join over the planted input with one member, committing every `every`

@@ -6,7 +6,7 @@ use vigil_stream::stage::In;
 use vigil_stream::Stage;
 
 use super::{all_slots, Broker, Member, PARTITIONS};
-use crate::core::{Emitted, Handling, Incoming, Slot};
+use crate::core::{Emitted, Handling, Incoming, Slot, Stamp};
 
 /// A stage's members over a simulated cluster: a log per partition of the source and
 /// repartition topics, each member reading its partitions in batches as a consumer
@@ -127,7 +127,9 @@ where
                     let is_record = matches!(entry, Incoming::Record { .. });
                     records += usize::from(is_record && !matches!(handling, Handling::Held { .. }));
                     match handling {
-                        Handling::Reroute { input, partition, .. } => rerouted.push(((input, partition), entry)),
+                        Handling::Reroute { input, partition, origin, .. } => {
+                            rerouted.push(((input, partition), forwarded(entry, origin)))
+                        }
                         Handling::Held { seek: Some(from) } => {
                             self.paused.insert(slot);
                             self.next.insert(slot, from as usize);
@@ -168,22 +170,28 @@ impl<S: Stage> Cluster<S> {
     /// to every partition of the repartition topics. Whether it wrote any.
     pub fn commit(&mut self, m: usize, repeat_idle: bool) -> bool {
         let markers = self.members[m].commit_repeating(&mut self.broker, repeat_idle);
-        let inputs = self.members[m].core.inputs();
-        let repartitions: Vec<usize> = (0..inputs.len()).filter(|&i| inputs[i].is_repartition()).collect();
-        for marker in &markers {
-            for &i in &repartitions {
-                for p in 0..PARTITIONS as i32 {
-                    self.logs.entry((i, p)).or_default().push(Incoming::Marker(*marker));
-                }
+        for (r, marker) in &markers {
+            for p in 0..PARTITIONS as i32 {
+                self.logs.entry((*r, p)).or_default().push(Incoming::Marker(*marker));
             }
         }
         !markers.is_empty()
     }
 }
 
+/// A source record as the shell forwards it: with its origin.
+fn forwarded<I>(entry: Incoming<I>, origin: Stamp) -> Incoming<I> {
+    match entry {
+        Incoming::Record { record, event_ts, .. } => Incoming::Record { record, event_ts, stamp: Some(origin) },
+        other => other,
+    }
+}
+
 fn clone_incoming<I: Clone>(incoming: &Incoming<I>) -> Incoming<I> {
     match incoming {
-        Incoming::Record { record, event_ts } => Incoming::Record { record: record.clone(), event_ts: *event_ts },
+        Incoming::Record { record, event_ts, stamp } => {
+            Incoming::Record { record: record.clone(), event_ts: *event_ts, stamp: *stamp }
+        }
         Incoming::Marker(m) => Incoming::Marker(*m),
         Incoming::Undecodable => Incoming::Undecodable,
     }

@@ -154,9 +154,9 @@ impl<S: Stage> Member<S> {
             for (task, _) in self.core.to_verify() {
                 self.core.verified(task);
             }
-            let markers = self.commit(&mut Broker::default());
+            let markers = self.commit_repeating(&mut Broker::default(), false);
             for slot in self.repartition_slots() {
-                for marker in &markers {
+                for (_, marker) in markers.iter().filter(|(r, _)| *r == slot.0) {
                     let offset = self.core.position(slot).unwrap_or(0);
                     self.feed(slot, offset, Incoming::Marker(*marker));
                 }
@@ -164,14 +164,15 @@ impl<S: Stage> Member<S> {
         }
     }
 
-    /// Commits, and returns the markers it wrote to the repartition topics.
+    /// Commits, and returns the markers it wrote to the repartition topics (in a
+    /// stage of several, each task's once for each).
     pub fn commit(&mut self, broker: &mut Broker) -> Vec<Marker> {
-        self.commit_repeating(broker, false)
+        self.commit_repeating(broker, false).into_iter().map(|(_, marker)| marker).collect()
     }
 
     /// A commit; with `repeat_idle`, one at which the shell asks every idle task to
     /// say again that it is idle.
-    pub fn commit_repeating(&mut self, broker: &mut Broker, repeat_idle: bool) -> Vec<Marker> {
+    pub fn commit_repeating(&mut self, broker: &mut Broker, repeat_idle: bool) -> Vec<(usize, Marker)> {
         let batch = self.write_transaction(broker, repeat_idle);
         self.markers.extend(batch.markers);
         self.core.committed();
@@ -214,10 +215,11 @@ impl<S: Stage> Member<S> {
 /// repartition topics (as they would come over Kafka), until nothing moves.
 pub fn commit_all<S: Stage>(members: &mut [&mut Member<S>], broker: &mut Broker) {
     for _ in 0..3 {
-        let markers: Vec<Marker> = members.iter_mut().flat_map(|m| m.commit(broker)).collect();
+        let markers: Vec<(usize, Marker)> =
+            members.iter_mut().flat_map(|m| m.commit_repeating(broker, false)).collect();
         for m in members.iter_mut() {
             for slot in m.repartition_slots() {
-                for marker in &markers {
+                for (_, marker) in markers.iter().filter(|(r, _)| *r == slot.0) {
                     let end = broker.repartition_ends.entry(slot).or_insert(0);
                     *end += 1;
                     m.feed(slot, *end - 1, Incoming::Marker(*marker));
