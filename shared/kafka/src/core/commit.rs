@@ -115,7 +115,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             let source = self.source_watermark(id);
             let answer = self.answer(id);
             let read_to: BTreeMap<Slot, Stamp> =
-                self.slots_of(id).filter_map(|slot| Some((slot, *self.read_to.get(&slot)?))).collect();
+                self.slots_of(id).filter_map(|slot| Some((slot, *self.read_to.get(slot)?))).collect();
             let sent_read_to = &mut self.sent_read_to;
             let task = self.tasks.get_mut(&id).expect("a listed task");
             task.answered = task.answered.max(answer);
@@ -196,10 +196,10 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let own = p as usize;
         let held = match self.inputs[i].kind {
             InputKind::Source { .. } => {
-                let merge = self.repartition_of(i).and_then(|r| self.merges.get(&(r, p)));
+                let merge = self.repartition_of(i).and_then(|r| self.merges.get((r, p)));
                 merge.and_then(|m| m.first_held(|w| w == own))
             }
-            InputKind::Repartition { .. } => self.merges.get(&(i, p)).and_then(|m| m.first_held(|w| w != own)),
+            InputKind::Repartition { .. } => self.merges.get((i, p)).and_then(|m| m.first_held(|w| w != own)),
             InputKind::Upstream => None,
         };
         Some(held.map_or(next, |held| held.min(next)))

@@ -148,7 +148,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let forwarded = self.upstream[r]
             .as_ref()
             .is_some_and(|u| (0..writers).any(|w| w != p as usize && u.bound(p as usize, w) != Bound::LeftOut));
-        let merge = self.merges.entry((r, p)).or_insert_with(|| Merge::new(writers));
+        let merge = self.merges.get_or_insert_with((r, p), || Merge::new(writers));
         if merge.released(p as usize) >= stamp.offset {
             // Processed before a restart (read again from a record then held).
             return Handling::Seen;
@@ -171,7 +171,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
 
     /// The repartition input that carries source input `input`'s records.
     pub(super) fn repartition_of(&self, input: usize) -> Option<usize> {
-        self.inputs.iter().position(|i| i.kind == InputKind::Repartition { source: input })
+        self.repartitions[input]
     }
 
     /// The merge of a repartition partition (made at its first record).
@@ -180,7 +180,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             return None;
         }
         let writers = self.partitions as usize;
-        Some(self.merges.entry(slot).or_insert_with(|| Merge::new(writers)))
+        Some(self.merges.get_or_insert_with(slot, || Merge::new(writers)))
     }
 
     /// A record of task `id`'s key partition, processed: counted in the key
@@ -193,7 +193,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         };
         if let Some(carrier) = carrier {
             let bound = self.key_clock_bound(carrier.0);
-            self.key_clocks.entry(carrier).or_insert_with(|| BoundedOutOfOrderness::new(bound)).observe(event_ts);
+            self.key_clocks.get_or_insert_with(carrier, || BoundedOutOfOrderness::new(bound)).observe(event_ts);
         }
         self.process(id, record)
     }
@@ -204,7 +204,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let InputKind::Repartition { source } = self.inputs[r].kind else { return Bound::LeftOut };
         let active = self.clocks[source].as_ref().and_then(|c| c.partition_watermark(p as usize));
         match active {
-            Some(w) if w != END_OF_TIME => Bound::ReadTo(self.read_to.get(&(source, p)).copied()),
+            Some(w) if w != END_OF_TIME => Bound::ReadTo(self.read_to.get((source, p)).copied()),
             _ => Bound::LeftOut,
         }
     }
@@ -225,9 +225,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     pub(super) fn release(&mut self, id: i32) {
         // Only repartition partitions have a merge.
         for slot in self.slots_of(id) {
-            while self.merges.get(&slot).is_some_and(|m| !m.is_empty()) {
+            while self.merges.get(slot).is_some_and(|m| !m.is_empty()) {
                 let own = self.own_bound(slot);
-                let (Some(merge), Some(u)) = (self.merges.get_mut(&slot), &self.upstream[slot.0]) else { break };
+                let (Some(merge), Some(u)) = (self.merges.get_mut(slot), &self.upstream[slot.0]) else { break };
                 let p = slot.1 as usize;
                 let bound = |w: usize| if w == p { own } else { u.bound(p, w) };
                 let Some((held, behind)) = merge.release(bound) else { break };

@@ -40,6 +40,7 @@ pub mod input;
 pub mod keying;
 pub mod markers;
 pub mod merge;
+mod per_slot;
 pub mod restore;
 pub mod task;
 pub mod watermarks;
@@ -64,6 +65,7 @@ pub use flow::Flow;
 pub use markers::{Marker, UpstreamWatermarks};
 use merge::Merge;
 pub use merge::Stamp;
+use per_slot::PerSlot;
 pub use restore::{changelog_key, entry_of, Correction, RestoredTask, TaskRestore};
 use task::TaskState;
 
@@ -157,17 +159,19 @@ pub struct TaskCore<S: Stage, E: Encode> {
     woken: Vec<Slot>,
     /// Per source partition, the last record read and not held: how far its task's
     /// markers on the repartition topics say it has forwarded.
-    read_to: BTreeMap<Slot, Stamp>,
+    read_to: PerSlot<Stamp>,
     /// Per source partition restored, how far it had been read at the commit: records
     /// below, read again, were forwarded then (see `commit_position`).
     seen_to: BTreeMap<Slot, i64>,
     /// Per source partition, the `read_to` its task's last markers said.
     sent_read_to: BTreeMap<Slot, Stamp>,
+    /// Per input, the repartition input that carries its records (source inputs).
+    repartitions: Vec<Option<usize>>,
     /// Per repartition partition, the records forwarded to its task, in their merge.
-    merges: BTreeMap<Slot, Merge<In<S>>>,
+    merges: PerSlot<Merge<In<S>>>,
     /// Per repartition partition, the clock of its task's key partition: every
     /// record of the source input it processed, in place or forwarded.
-    key_clocks: BTreeMap<Slot, BoundedOutOfOrderness>,
+    key_clocks: PerSlot<BoundedOutOfOrderness>,
     /// The input offsets the last `prepare_commit` gave.
     to_commit: BTreeMap<Slot, i64>,
     /// Records released by a merge below the last it released (see [`merge`]).
@@ -194,6 +198,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let forwarding_ms = config.runtime.idle_timeout_ms as Millis;
         let topology = stage.topology();
         let inputs = inputs::inputs(&topology, &config);
+        let repartitions = (0..inputs.len())
+            .map(|s| inputs.iter().position(|i| i.kind == InputKind::Repartition { source: s }))
+            .collect();
         let mut core = TaskCore {
             parallelism: Parallelism::of(&topology),
             stage,
@@ -217,14 +224,18 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             max_skew_ms,
             forwarding_ms,
             woken: Vec::new(),
-            read_to: BTreeMap::new(),
+            read_to: PerSlot::new(0, 0),
             seen_to: BTreeMap::new(),
             sent_read_to: BTreeMap::new(),
-            merges: BTreeMap::new(),
-            key_clocks: BTreeMap::new(),
+            repartitions,
+            merges: PerSlot::new(0, 0),
+            key_clocks: PerSlot::new(0, 0),
             to_commit: BTreeMap::new(),
             out_of_order: 0,
         };
+        let slots = (core.inputs.len(), partitions as usize);
+        (core.read_to, core.merges, core.key_clocks) =
+            (PerSlot::new(slots.0, slots.1), PerSlot::new(slots.0, slots.1), PerSlot::new(slots.0, slots.1));
         core.reset_clocks();
         core
     }

@@ -72,12 +72,11 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 u.reset_partition(p as usize);
             }
             // Read again from where the commit says; its markers say it again.
-            for map in [&mut self.read_to, &mut self.sent_read_to] {
-                map.remove(&(input, p));
-            }
+            self.read_to.remove((input, p));
+            self.sent_read_to.remove(&(input, p));
             self.seen_to.remove(&(input, p));
-            self.merges.remove(&(input, p));
-            self.key_clocks.remove(&(input, p));
+            self.merges.remove((input, p));
+            self.key_clocks.remove((input, p));
         }
         let task_state = TaskState::new(operator);
         self.tasks.insert(task, task_state);

@@ -184,8 +184,8 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                     record.read.push((i, p, next));
                 }
             }
-            let merge = self.merges.get(&(i, p)).map(|m| m.progress());
-            let clock = self.key_clocks.get(&(i, p)).map(|c| c.max_event_ts());
+            let merge = self.merges.get((i, p)).map(|m| m.progress());
+            let clock = self.key_clocks.get((i, p)).map(|c| c.max_event_ts());
             if merge.is_some() || clock.is_some() {
                 record.merges.push((i, p, merge.unwrap_or_default(), clock.unwrap_or(NO_WATERMARK)));
             }
@@ -221,12 +221,11 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         }
         for (input, p, progress, max_event_ts) in r.merges {
             let writers = self.partitions as usize;
-            self.merges.entry((input, p)).or_insert_with(|| Merge::new(writers)).restore(progress);
+            self.merges.get_or_insert_with((input, p), || Merge::new(writers)).restore(progress);
             if max_event_ts != NO_WATERMARK {
                 let bound = self.key_clock_bound(input);
                 self.key_clocks
-                    .entry((input, p))
-                    .or_insert_with(|| BoundedOutOfOrderness::new(bound))
+                    .get_or_insert_with((input, p), || BoundedOutOfOrderness::new(bound))
                     .observe(max_event_ts);
             }
         }

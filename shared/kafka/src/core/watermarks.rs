@@ -76,10 +76,10 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     fn merged_watermark(&mut self, (r, p): (usize, i32)) -> (Option<Millis>, Option<Millis>) {
         let InputKind::Repartition { source } = self.inputs[r].kind else { unreachable!("a repartition input") };
         let u = self.upstream[r].as_ref().expect("a repartition input has writers");
-        let clock = self.key_clocks.get(&(r, p)).map_or(NO_WATERMARK, |c| c.current());
+        let clock = self.key_clocks.get((r, p)).map_or(NO_WATERMARK, |c| c.current());
         let own = self.own_bound((r, p));
         let bound = |w: usize| if w == p as usize { own } else { u.bound(p as usize, w) };
-        let merge = self.merges.entry((r, p)).or_insert_with(|| Merge::new(u.writers()));
+        let merge = self.merges.get_or_insert_with((r, p), || Merge::new(u.writers()));
         if !merge.is_empty() {
             // Records still to release: nothing carries the task past them.
             return (Some(clock), None);
