@@ -217,28 +217,34 @@ fn lateness_does_not_depend_on_keying() {
     let expected = reference(Dataset::planted(1, 7));
     let late: Vec<&String> = expected.iter().filter(|l| l.starts_with("LATE_EVENT>")).collect();
     assert!(!late.is_empty(), "the planted late heartbeat is late in the embedded run");
-    for keys in [Keying::None, Keying::Other] {
+    // Unkeyed; keyed by other fields; keyed by the join's keys but placed by CRC32
+    // (librdkafka's default partitioner) rather than murmur2.
+    let runs =
+        [(Keying::None, "murmur2_random"), (Keying::Other, "murmur2_random"), (Keying::Join, "consistent_random")];
+    for (keys, partitioner) in runs {
+        let run = format!("keyed by {keys:?}, placed by {partitioner}");
         let stack = Stack::fresh(RUN_PREFIX);
         let services = stack.spawn_all();
-        send_planted_keyed(&stack, keys);
+        send_planted(&stack, keys, partitioner);
         let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
         let rerouted = services.iter().map(|s| s.metric("vigil_rerouted_records_total")).sum::<u64>();
         let behind = services.iter().map(|s| s.metric("vigil_records_out_of_order_total")).sum::<u64>();
         stop(services);
-        assert_same(&got, &expected, NOT_EMBEDDED);
+        assert_same(&got, &expected, &format!("{run}: {NOT_EMBEDDED}"));
         for line in &late {
-            assert!(got.contains(line), "keyed by {keys:?}: {line} is missing");
+            assert!(got.contains(line), "{run}: {line} is missing");
         }
-        assert_eq!(dead.len(), 4, "keyed by {keys:?}: the four planted bad lines");
-        assert!(rerouted > 100, "keyed by {keys:?}: most records went through the repartition topics ({rerouted})");
-        assert_eq!(behind, 0, "keyed by {keys:?}: every forwarded record came out in the order produced");
+        assert_eq!(dead.len(), 4, "{run}: the four planted bad lines");
+        assert!(rerouted > 100, "{run}: most records went through the repartition topics ({rerouted})");
+        assert_eq!(behind, 0, "{run}: every forwarded record came out in the order produced");
     }
 }
 
-/// The planted dataset, every stream (device events too) keyed as `keys` says, by
-/// one producer in the dataset's order; every input ended.
-fn send_planted_keyed(stack: &Stack, keys: Keying) {
-    let producer = stack.producer().keyed(keys);
+/// The planted dataset, every stream (device events too) keyed as `keys` says and
+/// placed by `partitioner`, by one producer in the dataset's order; every input
+/// ended.
+fn send_planted(stack: &Stack, keys: Keying, partitioner: &str) {
+    let producer = stack.producer().keyed(keys).partitioned(partitioner).unwrap();
     for line in MergedInput::planted(1, 7).map(Result::unwrap) {
         send_line(&producer, &line);
     }
@@ -265,7 +271,7 @@ fn unkeyed_or_otherwise_keyed_input_produced_after_every_partition_went_idle_giv
             let service = services.iter().find(|s| s.name == stage).unwrap();
             service.wait_for_log("partition idle:", source_partitions, Duration::from_secs(60));
         }
-        send_planted_keyed(&stack, keys);
+        send_planted(&stack, keys, "murmur2_random");
         let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
         stop(services);
         assert_same(&got, &expected, NOT_EMBEDDED);

@@ -90,10 +90,21 @@ impl InputProducer {
 
     /// Record batches compressed with `codec` (librdkafka's `compression.type`: none,
     /// gzip, snappy, lz4 or zstd), as producers of other teams may send them.
-    pub fn compressed(mut self, codec: &str) -> Result<Self> {
-        self.config.set("compression.type", codec);
+    pub fn compressed(self, codec: &str) -> Result<Self> {
+        self.with_setting("compression.type", codec)
+    }
+
+    /// Keyed records placed by librdkafka's partitioner `name` (`consistent_random`,
+    /// its default, hashes keys with CRC32 where Kafka's Java client uses murmur2), as
+    /// producers of other teams may place them.
+    pub fn partitioned(self, name: &str) -> Result<Self> {
+        self.with_setting("partitioner", name)
+    }
+
+    fn with_setting(mut self, key: &str, value: &str) -> Result<Self> {
+        self.config.set(key, value);
         let client = reports::client(&self.config, &self.tally)
-            .with_context(|| format!("cannot make a producer that compresses with {codec}"))?;
+            .with_context(|| format!("cannot make a producer with {key}={value}"))?;
         *self.client.get_mut().expect("client") = client;
         Ok(self)
     }
