@@ -166,11 +166,7 @@ echo "| all | $total | | |"
 echo
 echo "stage members restarted in-process after a fault (running instances): $(restarts)"
 verdict=0
-# Unkeyed device events are judged late against the watermark of the tasks that
-# forwarded them: the lags differ from the embedded runtime's by design.
-lags=()
-[[ "${KEYS:-join}" == join ]] || lags=(--any-lag)
-scripts/lib/compare-outputs.py "${lags[@]}" "$WORK/kafka.txt" "$WORK/embedded.txt" || verdict=1
+scripts/lib/compare-outputs.py "$WORK/kafka.txt" "$WORK/embedded.txt" || verdict=1
 
 # The books: each stage's committed ledger (summed over its instances) must balance,
 # and the stages that read the input topics must account for every input record as

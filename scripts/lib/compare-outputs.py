@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares the tagged output lines of a Kafka run with the embedded runtime's.
 
-    compare-outputs.py [--any-lag] KAFKA_LINES EMBEDDED_LINES
+    compare-outputs.py KAFKA_LINES EMBEDDED_LINES
 
 Both files hold `KIND> {json}` lines (as `vigil tail` and `vigil-pipeline`
 print them). Lines are compared as multisets: a line the embedded runtime has more
@@ -9,20 +9,14 @@ often is lost, one Kafka has more often is duplicated (or wrong). Dead letters a
 counted apart. Prints one summary line per kind and the totals; exits 1 when the
 outputs differ.
 
-With --any-lag, the watermark a late event was judged against, its lag and a
-watermark-lag alert's maximum are not compared: with device events not keyed by
-site, a late event is judged at its site's task against the watermark of the tasks
-that forwarded it, not of its own partition (see the README, "What exactly-once
-means here").
+However the input is keyed, a late event's watermark and lag are compared too: the
+stages judge lateness as if the producer had keyed the input (docs/kafka.md).
 """
 import collections
-import re
 import sys
 
-LAG = re.compile(r'"(watermark_ms|lag_ms|max_lag_ms)": -?\d+')
 
-
-def read(path, any_lag):
+def read(path):
     lines, dead = collections.Counter(), 0
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -32,18 +26,14 @@ def read(path, any_lag):
             if line.startswith("DEAD_LETTER>"):
                 dead += 1
             else:
-                if any_lag:
-                    line = LAG.sub(lambda m: f'"{m.group(1)}": _', line)
                 lines[line] += 1
     return lines, dead
 
 
 def main():
-    args = sys.argv[1:]
-    any_lag = "--any-lag" in args
-    kafka_path, embedded_path = [a for a in args if a != "--any-lag"]
-    kafka, kafka_dead = read(kafka_path, any_lag)
-    embedded, embedded_dead = read(embedded_path, any_lag)
+    kafka_path, embedded_path = sys.argv[1:]
+    kafka, kafka_dead = read(kafka_path)
+    embedded, embedded_dead = read(embedded_path)
     lost = embedded - kafka
     extra = kafka - embedded
     kinds = sorted({l.split(">")[0] for l in embedded} | {l.split(">")[0] for l in kafka})
