@@ -45,7 +45,11 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 };
                 let ahead = own.map_or(0, |w| w.saturating_sub(task.task.watermark()));
                 let limit = if self.paused.contains(&slot) { self.max_skew_ms / 2 } else { self.max_skew_ms };
-                let merged = self.inputs[slot.0].is_repartition() || (merging && self.inputs[slot.0].is_source());
+                // A partition read again after a restart, below where it had been read,
+                // brings what its task's merge waits for (its clock already at its end).
+                let merged = self.inputs[slot.0].is_repartition()
+                    || (merging && self.inputs[slot.0].is_source())
+                    || self.replaying(slot);
                 let skewed = task.task.watermark() != NO_WATERMARK && ahead > limit && !merged;
                 let paused = self.paused.contains(&slot);
                 let keep = match self.held.get(&slot) {

@@ -198,6 +198,20 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         self.process(id, record)
     }
 
+    /// Whether a partition is read again after a restart, below where it had been
+    /// read: records its merge held then are still to come.
+    pub(super) fn replaying(&self, slot: Slot) -> bool {
+        self.seen_to.get(&slot).is_some_and(|&to| self.positions.get(&slot).is_none_or(|&at| at < to))
+    }
+
+    /// Whether the merge of repartition partition `(r, k)` waits for records it held
+    /// before a restart, on either partition that feeds it: until they are read
+    /// again, what its writers said covers records it does not have.
+    pub(super) fn replaying_merge(&self, (r, p): Slot) -> bool {
+        let InputKind::Repartition { source } = self.inputs[r].kind else { return false };
+        !self.seen_to.is_empty() && (self.replaying((r, p)) || self.replaying((source, p)))
+    }
+
     /// What task k's own source partition lets the merge of repartition partition
     /// `(r, k)` assume: how far it has read, unless it is idle or ended.
     pub(super) fn own_bound(&self, (r, p): Slot) -> Bound {
@@ -225,7 +239,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     pub(super) fn release(&mut self, id: i32) {
         // Only repartition partitions have a merge.
         for slot in self.slots_of(id) {
-            while self.merges.get(slot).is_some_and(|m| !m.is_empty()) {
+            while self.merges.get(slot).is_some_and(|m| !m.is_empty()) && !self.replaying_merge(slot) {
                 let own = self.own_bound(slot);
                 let (Some(merge), Some(u)) = (self.merges.get_mut(slot), &self.upstream[slot.0]) else { break };
                 let p = slot.1 as usize;

@@ -135,8 +135,8 @@ pub(super) struct TaskRecord {
     /// committed with this state: see [`super::Correction`].
     #[serde(default)]
     pub(super) positions: Vec<(usize, i32, i64)>,
-    /// (source input, partition, next offset) where records held in a merge make a
-    /// restart read again from before the next offset (`positions`).
+    /// (input, partition, next offset) where records held in a merge make a restart
+    /// read again from before the next offset (`positions`).
     #[serde(default)]
     pub(super) read: Vec<(usize, i32, i64)>,
     /// (repartition input, partition, its merge, its key clock's highest event time).
@@ -180,7 +180,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             if let Some(from) = self.commit_position((i, p)) {
                 record.positions.push((i, p, from));
                 let next = self.positions[&(i, p)];
-                if from < next && self.inputs[i].is_source() {
+                if from < next {
                     record.read.push((i, p, next));
                 }
             }

@@ -78,10 +78,11 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let u = self.upstream[r].as_ref().expect("a repartition input has writers");
         let clock = self.key_clocks.get((r, p)).map_or(NO_WATERMARK, |c| c.current());
         let own = self.own_bound((r, p));
+        let replaying = self.replaying_merge((r, p));
         let bound = |w: usize| if w == p as usize { own } else { u.bound(p as usize, w) };
         let merge = self.merges.get_or_insert_with((r, p), || Merge::new(u.writers()));
-        if !merge.is_empty() {
-            // Records still to release: nothing carries the task past them.
+        if !merge.is_empty() || replaying {
+            // Records still to release, or to read again: nothing carries the task past them.
             return (Some(clock), None);
         }
         if (0..u.writers()).all(|w| bound(w) == Bound::LeftOut) {

@@ -181,3 +181,22 @@ fn device_events_are_judged_late_as_if_keyed_whatever_their_partition() {
         assert_eq!(got, keyed, "spread, batches of {batch}");
     }
 }
+
+#[test]
+fn a_task_taken_over_while_its_merge_holds_records_judges_as_if_keyed() {
+    let home = |_: usize, site: &str| partition_for(site.as_bytes(), PARTITIONS) as i32;
+    let keyed = sorted(&Cluster::new(|| DeviceRouterStage, 2, device_logs(home)).run(1));
+    let spread = |n: usize, _: &str| ((n * 7 + n / 3) % PARTITIONS as usize) as i32;
+    for batch in [1, 5, 50] {
+        for rounds in [3, 20, 60] {
+            let mut cluster = Cluster::new(|| DeviceRouterStage, 2, device_logs(spread));
+            for _ in 0..rounds {
+                cluster.round(batch, false);
+            }
+            cluster.replace(1, Member::new(DeviceRouterStage));
+            cluster.settle(batch);
+            let got = sorted(&cluster.members.into_iter().flat_map(|m| m.delivered).collect::<Vec<_>>());
+            assert_eq!(got, keyed, "member 1 replaced after {rounds} rounds of {batch}");
+        }
+    }
+}

@@ -166,6 +166,26 @@ where
 }
 
 impl<S: Stage> Cluster<S> {
+    /// Member `m` is replaced by `member`, which takes its tasks from what the broker
+    /// holds (their changelog, the committed offsets), as after a kill or a
+    /// rebalance: what `m` did since its last commit is lost, and its partitions are
+    /// read again from their committed offsets.
+    pub fn replace(&mut self, m: usize, mut member: Member<S>) {
+        let old = std::mem::replace(&mut self.members[m], member);
+        let inputs = old.core.inputs().len();
+        let slots: Vec<Slot> =
+            all_slots(inputs).into_iter().filter(|&(_, p)| old.core.tasks().any(|t| t == p)).collect();
+        member = std::mem::replace(&mut self.members[m], old);
+        member.assign(&self.broker, &slots);
+        for &slot in &slots {
+            let from = self.broker.offsets.get(&slot).copied().unwrap_or(0);
+            self.next.insert(slot, from as usize);
+            self.paused.remove(&slot);
+        }
+        let old = std::mem::replace(&mut self.members[m], member);
+        self.members[m].delivered = old.delivered;
+    }
+
     /// Member `m` commits, with `repeat_idle` as in [`Cluster::round`]; its markers go
     /// to every partition of the repartition topics. Whether it wrote any.
     pub fn commit(&mut self, m: usize, repeat_idle: bool) -> bool {
