@@ -17,6 +17,7 @@ pub mod marker_headers;
 pub mod metrics;
 pub mod names;
 pub mod observe;
+pub mod patience;
 pub mod produce;
 pub mod reset;
 pub mod restore;

@@ -3,6 +3,7 @@
 //! back), in order, the task's own entries handed to the core.
 
 use crate::connection::{self, QuietEof};
+use crate::patience::patiently;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -241,8 +242,7 @@ fn wait_for_open_transactions(
         // for the leader, often before its connection is up, then asks again at
         // growing intervals: half a second lost in about one restore of twelve. A metadata
         // request waits for the connection instead.
-        client
-            .fetch_metadata(Some(changelog), WATERMARKS_TIMEOUT)
+        patiently(changelog, WATERMARKS_TIMEOUT, |t| client.fetch_metadata(Some(changelog), t))
             .with_context(|| format!("cannot read the metadata of `{changelog}`"))?;
         Ok(ClosedAside(Some(client)))
     };

@@ -13,6 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use vigil_model::config::TopicsConfig;
 
 use crate::names::Names;
+use crate::patience::{patiently, QUERY_PATIENCE};
 use vigil_model::topology::{self, Topology};
 pub use vigil_model::topology::{changelog, repartition, Topic};
 
@@ -96,8 +97,7 @@ impl Replication {
         consumer: &C,
         config: &TopicsConfig,
     ) -> Result<Replication, TopicError> {
-        let metadata = consumer
-            .fetch_metadata(None, Duration::from_secs(10))
+        let metadata = patiently("the cluster's metadata", QUERY_PATIENCE, |t| consumer.fetch_metadata(None, t))
             .map_err(|source| TopicError::Metadata { topic: "*".into(), source })?;
         Ok(Replication::chosen(config, metadata.brokers().len()))
     }
@@ -179,9 +179,9 @@ fn differences(
     wanted: Replication,
 ) -> Result<Vec<String>, TopicError> {
     let topic = spec.name.as_str();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|source| TopicError::Metadata { topic: topic.to_string(), source })?;
+    let metadata =
+        patiently(&format!("the metadata of `{topic}`"), QUERY_PATIENCE, |t| consumer.fetch_metadata(Some(topic), t))
+            .map_err(|source| TopicError::Metadata { topic: topic.to_string(), source })?;
     let mut differences = Vec::new();
     let factor = metadata.topics().iter().find(|t| t.name() == topic).and_then(|t| t.partitions().first());
     if let Some(actual) = factor.map(|p| p.replicas().len() as i32).filter(|n| *n != wanted.factor) {
@@ -230,8 +230,8 @@ pub fn partition_count<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
     consumer: &C,
     topic: &str,
 ) -> Result<usize, TopicError> {
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|source| TopicError::Metadata { topic: topic.to_string(), source })?;
+    let metadata =
+        patiently(&format!("the metadata of `{topic}`"), QUERY_PATIENCE, |t| consumer.fetch_metadata(Some(topic), t))
+            .map_err(|source| TopicError::Metadata { topic: topic.to_string(), source })?;
     Ok(metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map_or(0, |t| t.partitions().len()))
 }

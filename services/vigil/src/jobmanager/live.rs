@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vigil_kafka::connection;
 use vigil_kafka::names::Names;
+use vigil_kafka::patience::{patiently, QUERY_PATIENCE};
 
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -123,7 +124,9 @@ pub fn follow(
     for (_, name) in &followed {
         let partitions = topics::partition_count(&consumer, name)? as i32;
         for p in 0..partitions {
-            let (low, high) = consumer.fetch_watermarks(name, p, Duration::from_secs(10))?;
+            let (low, high) = patiently(&format!("the offsets of `{name}`"), QUERY_PATIENCE, |t| {
+                consumer.fetch_watermarks(name, p, t)
+            })?;
             tpl.add_partition_offset(name, p, Offset::Offset((high - BACKLOG_PER_PARTITION).max(low)))?;
         }
     }

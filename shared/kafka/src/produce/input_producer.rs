@@ -25,17 +25,12 @@ use crate::connection;
 use crate::core::Marker;
 use crate::marker_headers;
 use crate::names::Names;
+use crate::patience::patiently;
 
 /// How long a producer waits for an unreachable schema registry before it gives up.
 const REGISTRY_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the producer waits for a broker it cannot reach before it gives up.
 const BROKER_PATIENCE: Duration = Duration::from_secs(120);
-
-/// An error that says no broker could be reached (yet), not that the request was wrong.
-fn unreachable(e: &KafkaError) -> bool {
-    use RDKafkaErrorCode::{AllBrokersDown, BrokerTransportFailure, OperationTimedOut};
-    matches!(e, KafkaError::MetadataFetch(AllBrokersDown | BrokerTransportFailure | OperationTimedOut))
-}
 
 /// librdkafka's delivery timeout (`message.timeout.ms`, five minutes), and a margin.
 const DELIVERY_PATIENCE: Duration = Duration::from_secs(330);
@@ -171,24 +166,14 @@ impl InputProducer {
     /// generator as soon as the jobmanager is healthy) is waited for, up to
     /// `BROKER_PATIENCE`.
     pub fn records_in_inputs(&self) -> Result<i64> {
-        let give_up = Instant::now() + BROKER_PATIENCE;
         let mut total = 0;
         for topic in input_topics() {
             for p in 0..self.partitions {
-                let (low, high) = loop {
-                    match self.lock().client().fetch_watermarks(&self.names.of(topic.name), p, Duration::from_secs(10))
-                    {
-                        Err(e) if unreachable(&e) && Instant::now() < give_up => {
-                            warn!(error = %e, "the broker does not answer yet; trying again");
-                            std::thread::sleep(Duration::from_secs(1));
-                        }
-                        answer => {
-                            break answer.with_context(|| {
-                                format!("cannot read the offsets of `{}` partition {p}", topic.name)
-                            })?
-                        }
-                    }
-                };
+                let name = self.names.of(topic.name);
+                let (low, high) = patiently(&format!("the offsets of `{name}`"), BROKER_PATIENCE, |t| {
+                    self.lock().client().fetch_watermarks(&name, p, t.min(Duration::from_secs(10)))
+                })
+                .with_context(|| format!("cannot read the offsets of `{}` partition {p}", topic.name))?;
                 total += high - low;
             }
         }
@@ -256,18 +241,5 @@ impl InputProducer {
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, ThreadedProducer<Reports>> {
         self.client.lock().expect("the producer's client")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_broker_that_cannot_be_reached_is_waited_for() {
-        assert!(unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown)));
-        assert!(unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure)));
-        assert!(!unreachable(&KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition)));
-        assert!(!unreachable(&KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown)));
     }
 }

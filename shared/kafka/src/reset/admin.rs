@@ -14,6 +14,7 @@ use vigil_model::topology::Topology;
 use super::{Action, Busy, Plan, Running};
 use crate::connection;
 use crate::names::Names;
+use crate::patience::patiently;
 use crate::topics::{self, Provisioned, Replication};
 use vigil_model::config::TopicsConfig;
 
@@ -178,9 +179,7 @@ impl Admin {
 
     /// The replication factor of `topic`, `None` if it does not exist.
     fn replication_of(&self, topic: &str) -> Result<Option<i32>> {
-        let metadata = self
-            .client
-            .fetch_metadata(Some(topic), TIMEOUT)
+        let metadata = patiently(topic, TIMEOUT, |t| self.client.fetch_metadata(Some(topic), t))
             .with_context(|| format!("cannot read the metadata of `{topic}`"))?;
         let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none());
         Ok(found.and_then(|t| t.partitions().first()).map(|p| p.replicas().len() as i32))
