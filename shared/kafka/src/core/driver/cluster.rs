@@ -6,7 +6,7 @@ use vigil_stream::stage::In;
 use vigil_stream::Stage;
 
 use super::{all_slots, Broker, Member, PARTITIONS};
-use crate::core::{Emitted, Handling, Incoming, Slot, Stamp};
+use crate::core::{Emitted, Handling, Incoming, Marker, Slot, Stamp};
 
 /// A stage's members over a simulated cluster: a log per partition of the source and
 /// repartition topics, each member reading its partitions in batches as a consumer
@@ -19,6 +19,9 @@ pub struct Cluster<S: Stage> {
     pub next: BTreeMap<Slot, usize>,
     pub paused: BTreeSet<Slot>,
     pub broker: Broker,
+    /// Members that do nothing in a round (frozen, or gone with their partitions not
+    /// yet given to another).
+    pub stalled: BTreeSet<usize>,
 }
 
 impl<S: Stage> Cluster<S>
@@ -37,7 +40,14 @@ where
                 member
             })
             .collect();
-        Cluster { members, logs: source, next: BTreeMap::new(), paused: Default::default(), broker }
+        Cluster {
+            members,
+            logs: source,
+            next: BTreeMap::new(),
+            paused: Default::default(),
+            broker,
+            stalled: Default::default(),
+        }
     }
 
     /// Every source partition judged idle before any input came, and what the tasks
@@ -105,8 +115,17 @@ where
     /// One turn of every member, committing with `repeat_idle`: `None` if nothing
     /// moved, else how many records were read (not held).
     pub fn round(&mut self, batch: usize, repeat_idle: bool) -> Option<usize> {
+        self.round_failing(batch, repeat_idle, None)
+    }
+
+    /// As [`Cluster::round`], but the commit of member `failing.0` fails: it aborts,
+    /// restores its tasks from their changelog and reads again from its last commit;
+    /// if `failing.1`, its commit went through on the broker all the same (a commit
+    /// that timed out).
+    pub fn round_failing(&mut self, batch: usize, repeat_idle: bool, failing: Option<(usize, bool)>) -> Option<usize> {
         let (mut progress, mut records) = (false, 0);
-        for m in 0..self.members.len() {
+        let running: Vec<usize> = (0..self.members.len()).filter(|m| !self.stalled.contains(m)).collect();
+        for m in running {
             let mut rerouted = Vec::new();
             let slots = all_slots(self.members[m].core.inputs().len());
             let mine = slots.into_iter().filter(|&(_, p)| self.members[m].core.tasks().any(|t| t == p));
@@ -156,6 +175,20 @@ where
             for slot in flow.resume {
                 progress |= self.paused.remove(&slot);
             }
+            if let Some((_, went_through)) = failing.filter(|&(f, _)| f == m) {
+                if went_through {
+                    for (slot, entry) in rerouted {
+                        self.logs.entry(slot).or_default().push(entry);
+                    }
+                    let markers = self.members[m].commit_unbeknownst(&mut self.broker);
+                    self.write_markers(&markers);
+                }
+                for (slot, from) in self.members[m].abort(&self.broker) {
+                    self.next.insert(slot, from.unwrap_or(0) as usize);
+                }
+                progress = true;
+                continue;
+            }
             for (slot, entry) in rerouted {
                 self.logs.entry(slot).or_default().push(entry);
             }
@@ -190,12 +223,17 @@ impl<S: Stage> Cluster<S> {
     /// to every partition of the repartition topics. Whether it wrote any.
     pub fn commit(&mut self, m: usize, repeat_idle: bool) -> bool {
         let markers = self.members[m].commit_repeating(&mut self.broker, repeat_idle);
-        for (r, marker) in &markers {
+        self.write_markers(&markers);
+        !markers.is_empty()
+    }
+
+    /// Markers for the repartition topics, each to every partition.
+    fn write_markers(&mut self, markers: &[(usize, Marker)]) {
+        for (r, marker) in markers {
             for p in 0..PARTITIONS as i32 {
                 self.logs.entry((*r, p)).or_default().push(Incoming::Marker(*marker));
             }
         }
-        !markers.is_empty()
     }
 }
 

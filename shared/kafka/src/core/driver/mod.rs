@@ -181,8 +181,9 @@ impl<S: Stage> Member<S> {
 
     /// A commit that completed on the broker while the member was told it failed (a
     /// commit that timed out, say): its outputs are out, the member does not know.
-    pub fn commit_unbeknownst(&mut self, broker: &mut Broker) {
-        self.write_transaction(broker, false);
+    /// The markers it wrote to the repartition topics.
+    pub fn commit_unbeknownst(&mut self, broker: &mut Broker) -> Vec<(usize, Marker)> {
+        self.write_transaction(broker, false).repartition_markers
     }
 
     /// What a committed transaction leaves on the broker and delivers.
