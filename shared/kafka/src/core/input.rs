@@ -148,12 +148,15 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let forwarded = self.upstream[r]
             .as_ref()
             .is_some_and(|u| (0..writers).any(|w| w != p as usize && u.bound(p as usize, w) != Bound::LeftOut));
+        // Read again after a restart, records held then may come on the repartition
+        // partition after this one: it waits in the merge with them.
+        let replaying = self.replaying_merge((r, p));
         let merge = self.merges.get_or_insert_with((r, p), || Merge::new(writers));
         if merge.released(p as usize) >= stamp.offset {
             // Processed before a restart (read again from a record then held).
             return Handling::Seen;
         }
-        if !forwarded && merge.is_empty() {
+        if !forwarded && !replaying && merge.is_empty() {
             merge.released_at_once(p as usize, stamp);
             self.process_keyed(id, slot, record, event_ts);
         } else {

@@ -65,9 +65,11 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
     /// What a task says on the repartition topics (it writes them from its source
     /// partitions): "no watermark" while undecided (see [`TaskCore::on_input`]), then
     /// the lowest watermark of its active source partitions, and whether it is idle
-    /// there — it is, unless it has rerouted records lately, so stages fed correctly
-    /// keyed input never wait on their repartition topics. `None` for a stage without
-    /// source inputs.
+    /// there — it is, until it reroutes a record, so stages fed correctly keyed input
+    /// never wait on their repartition topics. Once it has, it says how far it has
+    /// read for as long as its source is active: a writer that went quiet by event
+    /// time may still forward, and its readers must not release records past it.
+    /// `None` for a stage without source inputs.
     pub(super) fn source_watermark(&self, id: i32) -> Option<(Millis, bool)> {
         let mut sources = self
             .slots_of(id)
@@ -81,7 +83,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         let active: Vec<Millis> = sources.flatten().collect();
         // A forwarding task is never at "no watermark" itself, which means undecided.
         let watermark = active.iter().copied().min().unwrap_or(task.sent_source_watermark).max(NO_WATERMARK + 1);
-        Some((watermark, active.is_empty() || !self.forwarding_at(id, watermark)))
+        Some((watermark, active.is_empty() || task.forwarding_until == NO_WATERMARK))
     }
 
     /// Whether task `id` forwards its source records, all of them: it has rerouted

@@ -179,7 +179,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
         for (i, p) in self.slots_of(id) {
             if let Some(from) = self.commit_position((i, p)) {
                 record.positions.push((i, p, from));
-                let next = self.positions[&(i, p)];
+                // Read again after a restart and not yet past where it had been read:
+                // the next restart must read as far before its merge lets go.
+                let next = self.positions[&(i, p)].max(self.seen_to.get(&(i, p)).copied().unwrap_or(0));
                 if from < next {
                     record.read.push((i, p, next));
                 }

@@ -149,7 +149,7 @@ fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_
 
 /// The planted device events, in the order produced, on the partitions `place` picks
 /// (from the record's index and its site), each source partition ended.
-fn device_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
+pub(crate) fn device_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
     let dataset = vigil_datagen::Dataset::planted(1, 7);
     let mut logs: BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> = BTreeMap::new();
     let events = dataset.devices.iter().filter_map(|line| serde_json::from_str::<DeviceEvent>(line).ok());

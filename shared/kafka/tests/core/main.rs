@@ -5,6 +5,7 @@
 mod idleness;
 mod keying;
 mod markers;
+mod merge_faults;
 mod recovery;
 mod skew;
 
