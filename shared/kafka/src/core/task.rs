@@ -142,6 +142,11 @@ pub(super) struct TaskRecord {
     /// (repartition input, partition, its merge, its key clock's highest event time).
     #[serde(default)]
     pub(super) merges: Vec<(usize, i32, MergeProgress, Millis)>,
+    /// (source input, partition) of the source partitions idle when committed;
+    /// `None` in a record written before they were kept, where the task's own
+    /// idleness stands for them.
+    #[serde(default)]
+    pub(super) idle_sources: Option<Vec<(usize, i32)>>,
 }
 
 fn no_watermark() -> Millis {
@@ -175,6 +180,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             positions: Vec::new(),
             read: Vec::new(),
             merges: Vec::new(),
+            idle_sources: Some(Vec::new()),
         };
         for (i, p) in self.slots_of(id) {
             if let Some(from) = self.commit_position((i, p)) {
@@ -193,6 +199,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             }
             if let Some(clock) = &self.clocks[i] {
                 record.sources.push((i, p, clock.progress(p as usize)));
+                if clock.partition_watermark(p as usize).is_none() {
+                    record.idle_sources.get_or_insert_with(Vec::new).push((i, p));
+                }
             }
             if let Some(u) = &self.upstream[i] {
                 record.upstream.push((i, p, u.partition(p as usize)));
@@ -210,7 +219,10 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 clock.restore(p as usize, progress);
                 // Idle when committed: still idle until a record says otherwise, so a
                 // takeover does not hold every reader back for another idle timeout.
-                clock.mark_idle(p as usize, r.sent_idle);
+                // (Only the partition's own idleness: a task whose key partition has
+                // no key is idle while its source partition feeds other tasks.)
+                let idle = r.idle_sources.as_ref().map_or(r.sent_idle, |idle| idle.contains(&(input, p)));
+                clock.mark_idle(p as usize, idle);
             }
         }
         for (input, p, writers) in r.upstream {

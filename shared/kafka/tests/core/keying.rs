@@ -150,12 +150,21 @@ fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_
 /// The planted device events, in the order produced, on the partitions `place` picks
 /// (from the record's index and its site), each source partition ended.
 pub(crate) fn device_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
+    // Produced 50 a millisecond.
+    device_logs_produced(place, |n| (n / 50) as Millis)
+}
+
+/// As [`device_logs`], the n-th record produced at `produced(n)`, numbered as Vigil's
+/// producer numbers them.
+pub(crate) fn device_logs_produced(
+    place: impl Fn(usize, &str) -> i32,
+    produced: impl Fn(usize) -> Millis,
+) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
     let dataset = vigil_datagen::Dataset::planted(1, 7);
     let mut logs: BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> = BTreeMap::new();
     let events = dataset.devices.iter().filter_map(|line| serde_json::from_str::<DeviceEvent>(line).ok());
     for (n, e) in events.enumerate() {
-        // Produced 50 a millisecond, numbered as Vigil's producer numbers them.
-        let stamp = Some(Stamp { at_ms: (n / 50) as Millis, seq: n as u64, ..Stamp::default() });
+        let stamp = Some(Stamp { at_ms: produced(n), seq: n as u64, ..Stamp::default() });
         let event_ts = e.event_ts;
         let slot = (0, place(n, &e.site_id));
         logs.entry(slot).or_default().push(Incoming::Record { record: e, event_ts, stamp });

@@ -4,10 +4,11 @@
 
 use vigil_datagen::rng::Draw;
 use vigil_kafka::core::driver::{sorted, Cluster, Member, PARTITIONS};
+use vigil_model::Millis;
 use vigil_operators::stages::DeviceRouterStage;
 use vigil_stream::partition::partition_for;
 
-use crate::keying::device_logs;
+use crate::keying::{device_logs, device_logs_produced};
 
 /// One step of a schedule.
 #[derive(Debug)]
@@ -42,7 +43,10 @@ fn schedule(seed: u64, kinds: Kinds, members: usize, steps: u64) -> Vec<Step> {
 }
 
 fn run(seed: u64, kinds: Kinds, members: usize, place: impl Fn(usize, &str) -> i32) -> (Vec<String>, Vec<Step>) {
-    let mut cluster = Cluster::new(|| DeviceRouterStage, members as i32, device_logs(place));
+    // Produced 20 a second, as the chaos suite's generator produces them: a key
+    // partition without keys goes quiet in producer time.
+    let logs = device_logs_produced(place, |n| n as Millis * 50);
+    let mut cluster = Cluster::new(|| DeviceRouterStage, members as i32, logs);
     let steps = schedule(seed, kinds, members, 120);
     for step in &steps {
         match *step {

@@ -186,6 +186,7 @@ where
                 for (slot, from) in self.members[m].abort(&self.broker) {
                     self.next.insert(slot, from.unwrap_or(0) as usize);
                 }
+                self.commit(m, false);
                 progress = true;
                 continue;
             }
@@ -217,6 +218,8 @@ impl<S: Stage> Cluster<S> {
         }
         let old = std::mem::replace(&mut self.members[m], member);
         self.members[m].delivered = old.delivered;
+        // As the shell may: a commit before the first record is read again.
+        self.commit(m, false);
     }
 
     /// Member `m` commits, with `repeat_idle` as in [`Cluster::round`]; its markers go
