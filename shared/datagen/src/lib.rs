@@ -4,6 +4,7 @@
 
 pub mod dataset;
 pub mod distinct;
+mod lateness_edges;
 pub mod planted;
 pub mod rng;
 pub mod traffic;

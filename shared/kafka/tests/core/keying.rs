@@ -147,8 +147,9 @@ fn input_that_comes_after_every_partition_went_idle_is_joined_as_if_it_had_come_
     }
 }
 
-/// The planted device events, in the order produced, on the partitions `place` picks
-/// (from the record's index and its site), each source partition ended.
+/// The planted device events with three blocks at the edge of lateness
+/// (`Dataset::with_lateness_edges`), in the order produced, on the partitions `place`
+/// picks (from the record's index and its site), each source partition ended.
 pub(crate) fn device_logs(place: impl Fn(usize, &str) -> i32) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
     // Produced 50 a millisecond.
     device_logs_produced(place, |n| (n / 50) as Millis)
@@ -160,7 +161,8 @@ pub(crate) fn device_logs_produced(
     place: impl Fn(usize, &str) -> i32,
     produced: impl Fn(usize) -> Millis,
 ) -> BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> {
-    let dataset = vigil_datagen::Dataset::planted(1, 7);
+    let devices = vigil_model::Config::default().devices;
+    let dataset = vigil_datagen::Dataset::planted(1, 7).with_lateness_edges(&devices, 3);
     let mut logs: BTreeMap<Slot, Vec<Incoming<DeviceEvent>>> = BTreeMap::new();
     let events = dataset.devices.iter().filter_map(|line| serde_json::from_str::<DeviceEvent>(line).ok());
     for (n, e) in events.enumerate() {
