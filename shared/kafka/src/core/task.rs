@@ -180,8 +180,9 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             positions: Vec::new(),
             read: Vec::new(),
             merges: Vec::new(),
-            idle_sources: Some(Vec::new()),
+            idle_sources: None,
         };
+        let mut idle_sources = Vec::new();
         for (i, p) in self.slots_of(id) {
             if let Some(from) = self.commit_position((i, p)) {
                 record.positions.push((i, p, from));
@@ -200,7 +201,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
             if let Some(clock) = &self.clocks[i] {
                 record.sources.push((i, p, clock.progress(p as usize)));
                 if clock.partition_watermark(p as usize).is_none() {
-                    record.idle_sources.get_or_insert_with(Vec::new).push((i, p));
+                    idle_sources.push((i, p));
                 }
             }
             if let Some(u) = &self.upstream[i] {
@@ -210,7 +211,7 @@ impl<S: Stage, E: Encode> TaskCore<S, E> {
                 }
             }
         }
-        record
+        TaskRecord { idle_sources: Some(idle_sources), ..record }
     }
 
     pub(super) fn apply_task_record(&mut self, task: i32, r: TaskRecord, bytes: &[u8]) {

@@ -205,19 +205,17 @@ impl<S: Stage> Cluster<S> {
     /// rebalance: what `m` did since its last commit is lost, and its partitions are
     /// read again from their committed offsets.
     pub fn replace(&mut self, m: usize, mut member: Member<S>) {
-        let old = std::mem::replace(&mut self.members[m], member);
-        let inputs = old.core.inputs().len();
+        let old = &self.members[m];
         let slots: Vec<Slot> =
-            all_slots(inputs).into_iter().filter(|&(_, p)| old.core.tasks().any(|t| t == p)).collect();
-        member = std::mem::replace(&mut self.members[m], old);
+            all_slots(old.core.inputs().len()).into_iter().filter(|&(_, p)| old.core.tasks().any(|t| t == p)).collect();
         member.assign(&self.broker, &slots);
         for &slot in &slots {
             let from = self.broker.offsets.get(&slot).copied().unwrap_or(0);
             self.next.insert(slot, from as usize);
             self.paused.remove(&slot);
         }
-        let old = std::mem::replace(&mut self.members[m], member);
-        self.members[m].delivered = old.delivered;
+        member.delivered = std::mem::take(&mut self.members[m].delivered);
+        self.members[m] = member;
         // As the shell may: a commit before the first record is read again.
         self.commit(m, false);
     }
