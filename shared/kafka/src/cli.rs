@@ -42,6 +42,7 @@ impl KafkaArgs {
     /// process as it starts.
     pub fn common(&self) -> anyhow::Result<Common> {
         crate::connection::load(self.config.as_deref())?;
+        crate::notify::settings::load(self.config.as_deref())?;
         Ok(Common {
             bootstrap_servers: self.bootstrap_servers.clone(),
             registry_url: self.schema_registry_url.clone(),

@@ -16,6 +16,7 @@ pub mod inputs;
 pub mod marker_headers;
 pub mod metrics;
 pub mod names;
+pub mod notify;
 pub mod observe;
 pub mod patience;
 pub mod produce;

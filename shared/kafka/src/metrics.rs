@@ -52,6 +52,8 @@ pub struct MetricsRegistry {
     degraded: IntGaugeVec,
     input_ended: IntGaugeVec,
     ledger: IntGaugeVec,
+    /// The notifier's families, registered when a notifier member first starts.
+    notify: std::sync::OnceLock<crate::notify::metrics::NotifyFamilies>,
 }
 
 impl MetricsRegistry {
@@ -208,6 +210,7 @@ impl MetricsRegistry {
                 &member,
             ),
             clients: ClientFamilies::register(&registry),
+            notify: std::sync::OnceLock::new(),
             registry,
             process,
         })
@@ -248,6 +251,11 @@ impl MetricsRegistry {
             degraded: self.degraded.with_label_values(&l),
             input_ended: self.input_ended.with_label_values(&l),
         }
+    }
+
+    /// The series of one notifier member.
+    pub fn notifier(&self, member: &str) -> crate::notify::metrics::NotifyMetrics {
+        self.notify.get_or_init(|| crate::notify::metrics::NotifyFamilies::register(&self.registry)).member(member)
     }
 
     /// A member of `stage` failed and was started again.
@@ -329,6 +337,11 @@ impl MemberMetrics {
 
     pub fn records_out(&self, topic: &str) -> IntCounter {
         self.registry.records_out.with_label_values(&[&self.stage, &self.member, topic])
+    }
+
+    /// The series of the member's notifier.
+    pub fn notifier(&self) -> crate::notify::metrics::NotifyMetrics {
+        self.registry.notifier(&self.member)
     }
 
     /// The series of one of the member's Kafka clients, for its context to set from

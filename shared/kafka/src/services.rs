@@ -80,9 +80,17 @@ pub fn seed_services() -> &'static [Box<dyn Service>] {
     SERVICES.get_or_init(|| services(&SeedPipeline::default()))
 }
 
-/// The seed pipeline's stage named `name`.
+/// The seed pipeline's stage named `name`, or the notifier.
 pub fn by_name(name: &str) -> Option<&'static dyn Service> {
-    seed_services().iter().map(|s| &**s).find(|s| s.name() == name)
+    static NOTIFIER: crate::notify::Notifier = crate::notify::Notifier;
+    seed_services().iter().map(|s| &**s).chain([&NOTIFIER as &dyn Service]).find(|s| s.name() == name)
+}
+
+/// What a taskmanager runs by default: the seed pipeline's stages, and the notifier
+/// if a channel is configured (`notify::settings`).
+pub fn cluster_services() -> Vec<&'static dyn Service> {
+    let notifier = (!crate::notify::settings::loaded().is_off()).then(|| by_name(crate::notify::NAME)).flatten();
+    seed_services().iter().map(|s| &**s).chain(notifier).collect()
 }
 
 #[cfg(test)]
@@ -95,5 +103,6 @@ mod tests {
         let declared: Vec<&str> = SeedPipeline::default().topology().stages.iter().map(|s| s.name).collect();
         assert_eq!(names, declared);
         assert!(by_name("device-router").is_some() && by_name("nope").is_none());
+        assert!(by_name("notifier").is_some());
     }
 }

@@ -51,7 +51,8 @@ pub struct TopicSpec {
 
 /// Every topic a pipeline uses, as `names` names them on the cluster, keyed topics
 /// with `partitions` partitions: the data topics and their copies between stages,
-/// each stage's changelog and repartition topics, and the leadership topic.
+/// each stage's changelog and repartition topics, the leadership topic and the
+/// notifier's dead letters.
 pub fn all_topics(topology: &Topology, names: &Names, partitions: u32) -> Vec<TopicSpec> {
     let keyed = |name: String, compacted| TopicSpec { name: names.of(&name), compacted, partitions };
     let repartitions = topology.stages.iter().flat_map(|s| topology::repartitions(s).map(|(_, name)| name));
@@ -64,6 +65,7 @@ pub fn all_topics(topology: &Topology, names: &Names, partitions: u32) -> Vec<To
         .chain(topology.stages.iter().map(|s| keyed(changelog(s.name), true)))
         .chain(repartitions.map(|name| keyed(name, false)))
         .chain([TopicSpec { name: names.of(LEADERSHIP), compacted: false, partitions: 1 }])
+        .chain([keyed(crate::notify::DEAD_LETTERS.to_string(), false)])
         .collect()
 }
 

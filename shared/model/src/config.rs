@@ -34,6 +34,10 @@ pub struct Config {
     pub kafka: serde::de::IgnoredAny,
     #[serde(skip_serializing)]
     pub schema_registry: serde::de::IgnoredAny,
+    /// `[notify]`: where the Kafka runtime's notifier delivers alerts, read by its
+    /// `notify::settings` module from the same file.
+    #[serde(skip_serializing)]
+    pub notify: serde::de::IgnoredAny,
 }
 
 /// Stage 1 (the seed's `src/enrichment.py`).

@@ -49,7 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let common = args.kafka.common()?;
     let stages: Vec<&'static dyn Service> = if args.stages.is_empty() {
-        services::seed_services().iter().map(|s| &**s).collect()
+        services::cluster_services()
     } else {
         args.stages
             .iter()
