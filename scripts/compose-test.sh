@@ -43,7 +43,7 @@ local_three=("${local_one[@]}" -f "$PWD/deploy/local-images/compose.brokers.yml"
 files=("${one[@]}" "${local_one[@]}")
 compose() { docker compose "${files[@]}" "$@"; }
 
-log "static checks: compose files (one and three brokers), Dockerfiles, Prometheus rules, Grafana dashboard"
+log "static checks: compose files (one and three brokers), Dockerfiles, Prometheus and Alertmanager, Grafana dashboard"
 docker compose "${one[@]}" config -q
 docker compose "${three[@]}" config -q
 docker compose "${one[@]}" "${local_one[@]}" config -q
@@ -51,6 +51,7 @@ docker compose "${three[@]}" "${local_three[@]}" config -q
 hadolint deploy/Dockerfile deploy/local-images/*/Dockerfile
 promtool check rules deploy/prometheus/rules/vigil.yml
 promtool test rules deploy/prometheus/tests/vigil_test.yml
+amtool check-config deploy/alertmanager/alertmanager.yml
 python3 -m json.tool deploy/grafana/dashboards/vigil.json >/dev/null
 
 log "building Vigil's image and the host's binaries"
@@ -203,6 +204,7 @@ run_form() {
 
   export VIGIL_CLUSTER_JOBMANAGER=$HTTP
   export VIGIL_CLUSTER_PROMETHEUS=http://$host:9090
+  export VIGIL_CLUSTER_RECEIVER=http://$host:9097
   export VIGIL_BOOTSTRAP_SERVERS=$BOOTSTRAP
   export VIGIL_SCHEMA_REGISTRY_URL=http://$host:8085/apis/ccompat/v7
   export VIGIL_CLUSTER_UP_AT_MS=$up_at_ms

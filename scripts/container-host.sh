@@ -2,7 +2,7 @@
 # Makes a machine without a Docker engine run `docker compose` against Podman:
 # Debian's podman with runc, Podman's Docker-compatible API on a socket, the Compose
 # v2 CLI plugin, a driver for healthchecks, and the tools the container tests use
-# (hadolint, promtool, chromium, kcat, shellcheck). Idempotent; a second run only
+# (hadolint, promtool, amtool, chromium, kcat, shellcheck). Idempotent; a second run only
 # checks.
 #
 #   scripts/container-host.sh install         packages, runtime config, Compose plugin, hadolint
@@ -49,9 +49,9 @@ PACKAGES=(
   catatonit golang-github-containers-common
   # scripts/local-images.sh builds the local base image with debootstrap.
   debootstrap
-  # Tests: promtool checks Prometheus files, chromium renders pages headless, kcat
-  # talks to Kafka from the host, shellcheck lints the scripts.
-  prometheus chromium kcat shellcheck
+  # Tests: promtool checks Prometheus files, amtool Alertmanager's, chromium renders
+  # pages headless, kcat talks to Kafka from the host, shellcheck lints the scripts.
+  prometheus prometheus-alertmanager chromium kcat shellcheck
 )
 
 log() { printf 'container-host: %s\n' "$*" >&2; }

@@ -8,9 +8,11 @@
 #   localhost/vigil-kafka:4.4.0             stands in for apache/kafka:4.4.0
 #   localhost/vigil-apicurio-registry:3.0.9 stands in for apicurio/apicurio-registry:3.0.9
 #   localhost/vigil-prometheus:2.42         stands in for prom/prometheus (Debian's 2.42)
+#   localhost/vigil-alertmanager:0.25       stands in for prom/alertmanager (Debian's 0.25)
 #
 #   scripts/local-images.sh [IMAGE...]   build what is missing or whose inputs changed
-#                                        (IMAGE: base rust jre kafka registry prometheus;
+#                                        (IMAGE: base rust jre kafka registry prometheus
+#                                        alertmanager;
 #                                        default all)
 #   scripts/local-images.sh list         the images, their sizes and ages
 #
@@ -40,6 +42,7 @@ JRE=localhost/vigil-jre:17
 KAFKA=localhost/vigil-kafka:4.4.0
 REGISTRY=localhost/vigil-apicurio-registry:3.0.9
 PROMETHEUS=localhost/vigil-prometheus:2.42
+ALERTMANAGER=localhost/vigil-alertmanager:0.25
 
 # What the stand-ins' entrypoints and healthchecks use, besides minbase.
 BASE_PACKAGES=ca-certificates,curl,wget
@@ -192,13 +195,16 @@ build_java_standin() {
 build_kafka() { build_java_standin "$KAFKA" kafka kafka-libs; }
 build_registry() { build_java_standin "$REGISTRY" apicurio-registry registry; }
 
-build_prometheus() {
+# A Debian package on the base, laid out as its official image ($1 image, $2 folder).
+build_debian_standin() {
   need_image "$BASE"
   local inputs
-  inputs="$( { image_id "$BASE"; files_sha "$HERE/prometheus"; } | sha)"
-  up_to_date "$PROMETHEUS" "$inputs" && return 0
-  build "$PROMETHEUS" "$inputs" "$HERE/prometheus" --build-arg "BASE_IMAGE=$BASE"
+  inputs="$( { image_id "$BASE"; files_sha "$HERE/$2"; } | sha)"
+  up_to_date "$1" "$inputs" && return 0
+  build "$1" "$inputs" "$HERE/$2" --build-arg "BASE_IMAGE=$BASE"
 }
+build_prometheus() { build_debian_standin "$PROMETHEUS" prometheus; }
+build_alertmanager() { build_debian_standin "$ALERTMANAGER" alertmanager; }
 
 list() {
   podman images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}\t{{.CreatedSince}}' \
@@ -214,13 +220,13 @@ timed() {
 command -v podman >/dev/null || die "podman not found (scripts/container-host.sh install)"
 case "${1:-all}" in
   list) list; exit 0 ;;
-  all) set -- base rust jre kafka registry prometheus ;;
+  all) set -- base rust jre kafka registry prometheus alertmanager ;;
 esac
 t0=$SECONDS
 for image in "$@"; do
   case "$image" in
-    base | rust | jre | kafka | registry | prometheus) timed "$image" ;;
-    *) die "unknown image '$image' (base rust jre kafka registry prometheus, or list)" ;;
+    base | rust | jre | kafka | registry | prometheus | alertmanager) timed "$image" ;;
+    *) die "unknown image '$image' (base rust jre kafka registry prometheus alertmanager, or list)" ;;
   esac
 done
 log "done in $((SECONDS - t0)) s"

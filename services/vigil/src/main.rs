@@ -1,11 +1,12 @@
 //! `vigil`: Vigil on Kafka in one binary. A stage's name runs one member of that stage
 //! (`vigil join-enrich`); `jobmanager` and `taskmanager` run the cluster's processes;
 //! the rest are tools: `provision`, `tail`, `reset`, `generate`, `healthcheck`,
-//! `stages`, `outputs`. (The embedded pipeline is `vigil-pipeline`, which needs no Kafka.)
+//! `receive-alerts`, `stages`, `outputs`. (The embedded pipeline is `vigil-pipeline`, which needs no Kafka.)
 
 mod admin;
 mod generate;
 mod jobmanager;
+mod receiver;
 mod taskmanager;
 
 use std::process::ExitCode;
@@ -46,6 +47,12 @@ enum Command {
     Healthcheck {
         url: String,
     },
+    /// A webhook receiver for the notifier and Alertmanager, to try them with: keeps
+    /// one alert per idempotency key, prints each, shows them at GET /received.
+    ReceiveAlerts {
+        #[arg(long, env = "VIGIL_RECEIVER_ADDR", default_value = "127.0.0.1:9000")]
+        listen: std::net::SocketAddr,
+    },
     /// The stages, one a line, upstream first: what `vigil STAGE` runs.
     Stages,
     /// The topics of results, dead letters last, one a line: what `tail` prints.
@@ -60,7 +67,12 @@ fn stage_names() -> Vec<&'static str> {
 }
 
 fn main() -> ExitCode {
-    let help = format!("Stages (each runs one member of it: `vigil STAGE --help`): {}", stage_names().join(", "));
+    let help = format!(
+        "Stages (each runs one member of it: `vigil STAGE --help`): {}, and {} (delivers alerts: \
+         docs/notifications.md)",
+        stage_names().join(", "),
+        vigil_kafka::notify::NAME
+    );
     let matches = Cli::command().after_help(help).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let what = matches.subcommand_name().unwrap_or("vigil").to_string();
@@ -101,6 +113,10 @@ fn run(command: Command) -> Result<()> {
             generate::run(args)
         }
         Command::Healthcheck { url } => admin::healthcheck::run(&url),
+        Command::ReceiveAlerts { listen } => {
+            observe::init_tracing();
+            receiver::run(listen)
+        }
         Command::Stages => {
             stage_names().iter().for_each(|name| println!("{name}"));
             Ok(())

@@ -8,7 +8,9 @@
 //! opened in headless Chromium, shows the graph with live rates and the alerts; one
 //! taskmanager is killed while input flows, and the committed output still equals
 //! the embedded runtime's on the same input (up to where both watermarks are), and
-//! the dashboard shows the lost taskmanager.
+//! the dashboard shows the lost taskmanager. The notifier delivers every alert on the
+//! alert topics to the demo webhook receiver, and Prometheus' VigilTaskmanagerLost
+//! reaches it through Alertmanager.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +46,8 @@ fn vigil() -> Command {
 struct Cluster {
     jobmanager: String,
     prometheus: String,
+    /// The demo webhook receiver (`vigil receive-alerts`).
+    receiver: String,
     bootstrap: String,
     registry: String,
     /// A shell command that kills the taskmanager `{taskmanager}` at once (SIGKILL).
@@ -61,6 +65,7 @@ impl Cluster {
         Cluster {
             jobmanager: env("VIGIL_CLUSTER_JOBMANAGER"),
             prometheus: env("VIGIL_CLUSTER_PROMETHEUS"),
+            receiver: env("VIGIL_CLUSTER_RECEIVER"),
             bootstrap: env("VIGIL_BOOTSTRAP_SERVERS"),
             registry: env("VIGIL_SCHEMA_REGISTRY_URL"),
             kill_taskmanager: env("VIGIL_CLUSTER_KILL_TASKMANAGER"),
@@ -166,9 +171,47 @@ fn compose_cluster_behaves_as_its_users_expect() {
         (cluster.alive_taskmanagers().len() == cluster.taskmanagers).then_some(())
     });
     planted_scenarios_reach_the_alert_topics(&cluster);
+    the_notifier_delivers_every_alert_to_the_webhook(&cluster);
     rest_answers_in_flinks_shapes(&cluster);
     prometheus_scrapes_every_target_and_loaded_the_rules(&cluster);
     killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(&cluster);
+    the_lost_taskmanager_reaches_the_receiver_through_alertmanager(&cluster);
+}
+
+fn the_notifier_delivers_every_alert_to_the_webhook(cluster: &Cluster) {
+    step("every alert on the alert topics at the webhook receiver, once");
+    let on_topics: BTreeMap<String, usize> =
+        multiset(cluster.tail(&["payment-anomalies", "device-anomalies", "health-alerts"]).into_iter());
+    let received = wait_until("the receiver has every alert", Duration::from_secs(120), || {
+        let received = cluster.get(&format!("{}/received", cluster.receiver));
+        let lines =
+            multiset(received["alerts"].as_array()?.iter().filter_map(|a| Some(a["line"].as_str()?.to_string())));
+        on_topics.keys().all(|l| lines.contains_key(l)).then_some((lines, received))
+    });
+    let (lines, body) = received;
+    assert!(lines.values().all(|&n| n == 1), "one delivery per idempotency key: {lines:#?}");
+    let keys: Vec<&str> =
+        body["alerts"].as_array().unwrap().iter().filter_map(|a| a["idempotency_key"].as_str()).collect();
+    assert!(keys.iter().all(|k| k.starts_with("vigil-")), "{keys:?}");
+    eprintln!(
+        "compose test: {} alerts at the receiver, {} repeats dropped by key",
+        lines.len(),
+        body["repeats"].as_u64().unwrap_or_default()
+    );
+}
+
+fn the_lost_taskmanager_reaches_the_receiver_through_alertmanager(cluster: &Cluster) {
+    step("VigilTaskmanagerLost, fired by Prometheus, at the receiver through Alertmanager");
+    // The rule waits a minute (`for: 1m`), Alertmanager 10 s more to group.
+    let alert = wait_until("VigilTaskmanagerLost reaches the receiver", Duration::from_secs(240), || {
+        let received = cluster.get(&format!("{}/received", cluster.receiver));
+        received["alertmanager"]
+            .as_array()?
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "VigilTaskmanagerLost" && a["status"] == "firing")
+            .cloned()
+    });
+    eprintln!("compose test: Alertmanager delivered {}", alert["annotations"]["summary"]);
 }
 
 fn planted_scenarios_reach_the_alert_topics(cluster: &Cluster) {
