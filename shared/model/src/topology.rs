@@ -109,6 +109,11 @@ pub static HEALTH_ALERTS: Topic =
 pub static DEAD_LETTERS: Topic =
     Topic::new("dead-letters", "source topic", Some("DEAD_LETTER"), include_str!("../../../schemas/dead-letters.avsc"));
 
+/// Where the notifier (Kafka runtime) puts a delivery that failed for good, with the
+/// reason; its values are JSON objects, so it has no Avro schema.
+pub static NOTIFY_DEAD_LETTERS: Topic =
+    Topic::new("notify-dead-letters", "idempotency key", Some("NOTIFY_DEAD_LETTER"), "");
+
 /// How a stage knows event time on an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventTime {

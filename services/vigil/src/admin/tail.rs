@@ -15,7 +15,7 @@ use vigil_kafka::marker_headers;
 use vigil_kafka::names::Names;
 use vigil_kafka::tail::tagged_line;
 use vigil_kafka::topics;
-use vigil_model::topology::{Topic, Topology};
+use vigil_model::topology::{Topic, Topology, NOTIFY_DEAD_LETTERS};
 
 /// Where `vigil tail` starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,8 @@ pub fn run(
     let wanted: Vec<(&'static Topic, String)> = names
         .iter()
         .map(|n| {
-            let topic = topology.topic(n).with_context(|| {
+            let notifier = (n == NOTIFY_DEAD_LETTERS.name).then_some(&NOTIFY_DEAD_LETTERS);
+            let topic = topology.topic(n).or(notifier).with_context(|| {
                 let known: Vec<&str> = topology.topics().iter().map(|t| t.name).collect();
                 format!("`{n}` is not a topic of the pipeline; its topics are {}", known.join(", "))
             })?;

@@ -236,6 +236,11 @@ mod tests {
         let producer = member.client_stats(ClientKind::Producer);
         producer
             .record(&report(include_str!("../../../../shared/kafka/tests/data/librdkafka-statistics-producer.json")));
+        // A notifier member's, once it delivered.
+        let notifier = member.notifier();
+        notifier.read.inc();
+        notifier.delivery("webhook:http://receiver/alerts", 1, true, 0.2);
+        notifier.breaker("webhook:http://receiver/alerts", false);
         names.extend(exported(&tm.render()));
         names
     }

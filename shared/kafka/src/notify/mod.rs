@@ -49,7 +49,7 @@ use crate::topics;
 /// The stage's name, and its consumer group's (`vigil-notifier`).
 pub const NAME: &str = "notifier";
 /// Where deliveries that failed for good go, with the reason.
-pub const DEAD_LETTERS: &str = "notify-dead-letters";
+pub const DEAD_LETTERS: &str = vigil_model::topology::NOTIFY_DEAD_LETTERS.name;
 
 static INPUTS: [(&Topic, EventTime); 3] = [
     (&PAYMENT_ANOMALIES, EventTime::Upstream),
