@@ -20,8 +20,19 @@ pub fn tagged_line(topic: &Topic, value: &Value) -> String {
     String::from_utf8(out).expect("py_json writes ASCII")
 }
 
+/// Fields the embedded runner leaves out at their default: a first revision, and the
+/// provisional and retracted flags of an amount anomaly when they are not set.
+fn at_default(name: &str, value: &Value) -> bool {
+    match (name, value) {
+        ("revision", Value::Int(1)) => true,
+        ("provisional" | "retracted", Value::Boolean(false)) => true,
+        _ => false,
+    }
+}
+
 /// JSON as the embedded runner prints it (`json.dumps`' form, see
-/// `vigil_model::py_json`), fields in schema order; a `revision` of 1 is left out.
+/// `vigil_model::py_json`), fields in schema order; fields at their default are left
+/// out as it leaves them out (`at_default`).
 fn write_json(out: &mut Vec<u8>, value: &Value, top: bool) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
@@ -35,7 +46,7 @@ fn write_json(out: &mut Vec<u8>, value: &Value, top: bool) {
         Value::Union(_, inner) => write_json(out, inner, top),
         Value::Record(fields) => {
             out.push(b'{');
-            let shown = fields.iter().filter(|(name, v)| !(top && name == "revision" && matches!(v, Value::Int(1))));
+            let shown = fields.iter().filter(|(name, v)| !(top && at_default(name, v)));
             for (i, (name, v)) in shown.enumerate() {
                 if i > 0 {
                     out.extend_from_slice(b", ");

@@ -3,8 +3,8 @@
 //!
 //! Naming: the TOML key is the seed's parameter name in lower case, inside the section
 //! of the seed file it lives in (`[join]` = enrichment.py, `[payments]` = job.py,
-//! `[devices]` = devices.py, `[health]` = health.py), plus `[runtime]` and `[topics]`
-//! (the Kafka runtime's). The
+//! `[devices]` = devices.py, `[health]` = health.py), plus `[anomalies]` (options of
+//! the amount rule), `[retention]`, `[runtime]` and `[topics]` (the Kafka runtime's). The
 //! environment variable is `VIGIL_<SECTION>_<KEY>` in upper case, e.g.
 //! `VIGIL_JOIN_JOIN_WINDOW_SECONDS=15` or `VIGIL_HEALTH_MAX_FAULTS_PER_WINDOW=6`.
 
@@ -24,6 +24,7 @@ pub struct Config {
     pub payments: PaymentConfig,
     pub devices: DeviceConfig,
     pub health: HealthConfig,
+    pub anomalies: AnomaliesConfig,
     pub retention: RetentionConfig,
     pub runtime: RuntimeConfig,
     pub topics: TopicsConfig,
@@ -101,6 +102,17 @@ pub struct HealthConfig {
     /// How long, in event time past its end, a health window keeps counting late
     /// events that belong to it (late events are judged against long-closed windows).
     pub late_window_retention_ms: u64,
+}
+
+/// How the amount rule answers (not the seed's: its job waits for event-time order).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnomaliesConfig {
+    /// Also judge each payment as it arrives, against its customer's statistics as
+    /// of then, marked `"provisional": true`; the event-time verdict follows as a
+    /// revision only where it differs (a retraction, or an anomaly the provisional
+    /// verdict missed).
+    pub provisional: bool,
 }
 
 /// How long keyed state that would otherwise live forever is kept once its key goes
@@ -193,7 +205,7 @@ impl Default for RuntimeConfig {
     }
 }
 
-const SECTIONS: [&str; 7] = ["join", "payments", "devices", "health", "retention", "runtime", "topics"];
+const SECTIONS: [&str; 8] = ["join", "payments", "devices", "health", "anomalies", "retention", "runtime", "topics"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -87,6 +87,10 @@ fn is_first(revision: &u32) -> bool {
     *revision <= 1
 }
 
+fn is_false(flag: &bool) -> bool {
+    !*flag
+}
+
 /// Stage 1: a payment with the context of the order it matched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnrichedPayment {
@@ -160,6 +164,15 @@ pub struct AmountAnomaly {
     pub threshold: f64,
     #[serde(serialize_with = "iso")]
     pub event_time: Millis,
+    /// Judged on arrival (`[anomalies] provisional`), before event-time order.
+    #[serde(skip_serializing_if = "is_false")]
+    pub provisional: bool,
+    /// A provisional anomaly the event-time verdict takes back.
+    #[serde(skip_serializing_if = "is_false")]
+    pub retracted: bool,
+    /// 2 for the event-time verdict that corrects a provisional one.
+    #[serde(skip_serializing_if = "is_first", serialize_with = "int")]
+    pub revision: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

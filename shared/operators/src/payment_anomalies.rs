@@ -10,6 +10,12 @@
 //! of one customer reach this operator from many join partitions in no fixed order.
 //! So payments are scored in event-time order, `(payment_ts, payment_id)`, as the
 //! watermark passes them: the same input gives the same anomalies on any runtime.
+//!
+//! That verdict waits for the out-of-orderness bound. With `[anomalies] provisional`
+//! a payment is also judged as it arrives, against its customer's statistics as of
+//! then, and an anomaly found so goes out at once marked provisional. The event-time
+//! verdict then follows only where it differs, as revision 2: a retraction, or an
+//! anomaly the provisional verdict missed; a confirmation is implicit.
 
 use std::sync::Arc;
 
@@ -88,12 +94,15 @@ impl Aggregate for Velocity {
 }
 
 pub struct PaymentAnomalies {
+    provisional: bool,
     sigma: f64,
     floor: f64,
     min_samples: u64,
     watermark: Millis,
     waiting: EventTimeBuffer<StrKey, Arc<EnrichedPayment>>,
     stats: KeyedState<StrKey, RunningStats>,
+    /// Payments given a provisional anomaly and not yet scored in event-time order.
+    flagged: KeyedState<StrKey, ()>,
     velocity: KeyedWindows<StrKey, Velocity>,
     fired: Vec<WindowResult<StrKey, Velocity>>,
     /// Payments a watermark released, while they are scored (kept for its buffer).
@@ -109,12 +118,14 @@ impl PaymentAnomalies {
             SlidingWindows::sliding(p.window_size_seconds as Millis * 1000, p.window_slide_seconds as Millis * 1000);
         let max_transactions = p.max_transactions_per_window;
         PaymentAnomalies {
+            provisional: config.anomalies.provisional,
             sigma: p.amount_sigma_multiplier,
             floor: p.amount_static_floor,
             min_samples: p.min_samples_for_dynamic,
             watermark: NO_WATERMARK,
             waiting: EventTimeBuffer::default(),
             stats: KeyedState::default(),
+            flagged: KeyedState::default(),
             velocity: KeyedWindows::new(windows, 0)
                 .emitting_only_monotone(move |v: &Velocity| v.count > max_transactions),
             fired: Vec::new(),
@@ -133,7 +144,38 @@ impl PaymentAnomalies {
         }
     }
 
-    fn score(&mut self, p: Arc<EnrichedPayment>, out: &mut Vec<AnomalyOutput>) {
+    /// The amount anomaly of payment `p` against `threshold`, as a first verdict.
+    fn amount_anomaly(p: &EnrichedPayment, customer: &StrKey, threshold: f64) -> AmountAnomaly {
+        AmountAnomaly {
+            record_type: RecordType::Anomaly,
+            anomaly_type: AnomalyType::Amount,
+            customer_id: customer.clone(),
+            payment_id: p.payment_id.clone(),
+            order_id: p.order_id.clone(),
+            amount: p.paid_amount,
+            threshold: round2(threshold),
+            event_time: p.payment_ts_ms,
+            provisional: false,
+            retracted: false,
+            revision: 1,
+        }
+    }
+
+    /// Judges a payment as it arrives, against its customer's statistics as of now.
+    fn judge_on_arrival(&mut self, p: &EnrichedPayment, out: &mut Vec<AnomalyOutput>) {
+        let Some(customer) = &p.customer_id else { return };
+        let stats = self.stats.get(customer.as_str()).copied().unwrap_or_default();
+        let threshold = self.threshold(&stats);
+        if p.paid_amount > threshold {
+            self.flagged.get_or_insert_with(p.payment_id.as_str(), || ());
+            let anomaly = AmountAnomaly { provisional: true, ..Self::amount_anomaly(p, customer, threshold) };
+            out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(anomaly)));
+        }
+    }
+
+    /// Scores a payment in event-time order; `judged_on_arrival`: it was given a
+    /// provisional verdict, which this one confirms or corrects.
+    fn score(&mut self, p: Arc<EnrichedPayment>, judged_on_arrival: bool, out: &mut Vec<AnomalyOutput>) {
         let Some(customer) = &p.customer_id else { return };
         let (at, retention) = (p.payment_ts_ms, self.retention);
         let stats = self.stats.get_or_insert_with(customer.as_str(), RunningStats::default);
@@ -144,17 +186,19 @@ impl PaymentAnomalies {
         let before = *stats;
         stats.add(p.paid_amount, at);
         let threshold = self.threshold(&before);
-        if p.paid_amount > threshold {
-            out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(AmountAnomaly {
-                record_type: RecordType::Anomaly,
-                anomaly_type: AnomalyType::Amount,
-                customer_id: customer.clone(),
-                payment_id: p.payment_id.clone(),
-                order_id: p.order_id.clone(),
-                amount: p.paid_amount,
-                threshold: round2(threshold),
-                event_time: p.payment_ts_ms,
-            })));
+        let anomaly = p.paid_amount > threshold;
+        let flagged = judged_on_arrival && self.flagged.remove(p.payment_id.as_str()).is_some();
+        let verdict = match (judged_on_arrival, flagged, anomaly) {
+            (false, _, true) => Some(Self::amount_anomaly(&p, customer, threshold)),
+            // Missed on arrival, or taken back.
+            (true, false, true) => Some(AmountAnomaly { revision: 2, ..Self::amount_anomaly(&p, customer, threshold) }),
+            (true, true, false) => {
+                Some(AmountAnomaly { retracted: true, revision: 2, ..Self::amount_anomaly(&p, customer, threshold) })
+            }
+            _ => None,
+        };
+        if let Some(verdict) = verdict {
+            out.push(AnomalyOutput::Anomaly(PaymentAnomaly::Amount(verdict)));
         }
         let cents = to_cents(p.paid_amount);
         let added = self.velocity.add(
@@ -203,8 +247,11 @@ impl Operator for PaymentAnomalies {
         }
         if p.payment_ts_ms < self.watermark {
             // Its turn in event-time order has passed: score it now rather than lose it.
-            self.score(p, out);
+            self.score(p, false, out);
         } else {
+            if self.provisional {
+                self.judge_on_arrival(&p, out);
+            }
             self.waiting.push(p.payment_ts_ms, p.payment_id.clone(), p);
         }
     }
@@ -223,7 +270,7 @@ impl Operator for PaymentAnomalies {
             released.push(p);
         }
         for p in released.drain(..) {
-            self.score(p, out);
+            self.score(p, self.provisional, out);
         }
         self.released = released;
         self.watermark = watermark;
@@ -244,10 +291,13 @@ const VELOCITY: u8 = 2;
 /// The waiting payments one entry each, as changelogs written before chunks hold them.
 const WAITING_SINGLES: u8 = 3;
 const WAITING: u8 = 4;
+/// The payments given a provisional anomaly, until their event-time verdict.
+const FLAGGED: u8 = 5;
 
 impl Stateful for PaymentAnomalies {
     fn track_changes(&mut self) {
         self.stats.track_changes();
+        self.flagged.track_changes();
         self.velocity.track_changes();
         self.waiting.track_changes();
     }
@@ -255,6 +305,7 @@ impl Stateful for PaymentAnomalies {
     fn drain_changes(&mut self, out: &mut Vec<StateWrite>) {
         self.written.write_if_changed(meta_key(), &self.watermark, out);
         self.stats.drain_changes(STATS, out);
+        self.flagged.drain_changes(FLAGGED, out);
         self.velocity.drain_changes(VELOCITY, out);
         self.waiting.drain_changes(WAITING, out);
     }
@@ -267,6 +318,7 @@ impl Stateful for PaymentAnomalies {
                 Ok(())
             }
             ((STATS, rest), value) => self.stats.restore_entry(rest, value),
+            ((FLAGGED, rest), value) => self.flagged.restore_entry(rest, value),
             ((VELOCITY, rest), value) => self.velocity.restore_entry(rest, value),
             ((WAITING, rest), value) => self.waiting.restore_entry(rest, value),
             ((WAITING_SINGLES, rest), value) => self.waiting.restore_single(WAITING_SINGLES, rest, value),
@@ -280,7 +332,7 @@ impl Stateful for PaymentAnomalies {
     }
 
     fn live_entries(&self) -> usize {
-        self.stats.len() + self.velocity.key_count() + self.waiting.len()
+        self.stats.len() + self.flagged.len() + self.velocity.key_count() + self.waiting.len()
     }
 }
 
@@ -411,6 +463,71 @@ mod tests {
         // The fifth lands on 15 s: the end of [10 s, 15 s), so outside it.
         h.record(paid("v4", "c", 1.0, T + 15_000));
         assert!(velocities(&h.finish()).is_empty());
+    }
+
+    /// (payment, provisional, retracted, revision) of each amount verdict.
+    fn verdicts(out: &[AnomalyOutput]) -> Vec<(String, bool, bool, u32)> {
+        out.iter()
+            .filter_map(|o| match o {
+                AnomalyOutput::Anomaly(PaymentAnomaly::Amount(a)) => {
+                    Some((a.payment_id.to_string(), a.provisional, a.retracted, a.revision))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn provisional() -> Harness<PaymentAnomalies> {
+        let mut config = Config::default();
+        config.anomalies.provisional = true;
+        let mut h = Harness::new(PaymentAnomalies::new(&config));
+        // A history the watermark has scored: five payments near 108, mean + 3σ ≈ 131.
+        for (i, amount) in [114.15, 98.94, 104.62, 117.6, 106.68].into_iter().enumerate() {
+            h.record(paid(&format!("p{i}"), "c", amount, T + i as Millis * 2_000));
+        }
+        assert!(h.watermark(T + 10_000).is_empty());
+        h
+    }
+
+    #[test]
+    fn a_provisional_verdict_comes_on_arrival_and_a_confirmation_is_implicit() {
+        let mut h = provisional();
+        let out = h.record(paid("big", "c", 9_000.0, T + 20_000));
+        assert_eq!(verdicts(&out), vec![("big".into(), true, false, 1)], "at once, before any watermark");
+        assert!(verdicts(&h.finish()).is_empty(), "the event-time verdict agrees: nothing more");
+    }
+
+    #[test]
+    fn an_earlier_payment_can_retract_a_provisional_anomaly() {
+        let mut h = provisional();
+        let mut out = h.record(paid("later", "c", 2_000.0, T + 20_000));
+        // Arrives second, happened first: in event-time order it raises the bar for "later".
+        out.extend(h.record(paid("earlier", "c", 2_100.0, T + 19_000)));
+        assert_eq!(verdicts(&out), vec![("later".into(), true, false, 1), ("earlier".into(), true, false, 1)]);
+        assert_eq!(verdicts(&h.finish()), vec![("later".into(), false, true, 2)], "retracted, as revision 2");
+    }
+
+    #[test]
+    fn an_anomaly_the_provisional_verdict_missed_comes_as_revision_two() {
+        let mut config = Config::default();
+        config.anomalies.provisional = true;
+        let mut h = Harness::new(PaymentAnomalies::new(&config));
+        for (i, amount) in [114.15, 98.94, 104.62, 117.6].into_iter().enumerate() {
+            h.record(paid(&format!("p{i}"), "c", amount, T + i as Millis * 1000));
+        }
+        h.watermark(T + 5_000);
+        // Four samples: the 5000 floor applies on arrival…
+        assert!(verdicts(&h.record(paid("big", "c", 1_000.0, T + 20_000))).is_empty());
+        // …but a fifth, earlier in event time, brings the dynamic threshold first.
+        assert!(verdicts(&h.record(paid("fifth", "c", 106.68, T + 19_000))).is_empty());
+        assert_eq!(verdicts(&h.finish()), vec![("big".into(), false, false, 2)]);
+    }
+
+    #[test]
+    fn without_the_option_verdicts_are_the_event_time_ones_only() {
+        let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
+        assert!(h.record(paid("big", "c", 9_000.0, T)).is_empty());
+        assert_eq!(verdicts(&h.finish()), vec![("big".into(), false, false, 1)]);
     }
 
     #[test]
