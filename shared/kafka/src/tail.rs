@@ -23,11 +23,7 @@ pub fn tagged_line(topic: &Topic, value: &Value) -> String {
 /// Fields the embedded runner leaves out at their default: a first revision, and the
 /// provisional and retracted flags of an amount anomaly when they are not set.
 fn at_default(name: &str, value: &Value) -> bool {
-    match (name, value) {
-        ("revision", Value::Int(1)) => true,
-        ("provisional" | "retracted", Value::Boolean(false)) => true,
-        _ => false,
-    }
+    matches!((name, value), ("revision", Value::Int(1)) | ("provisional" | "retracted", Value::Boolean(false)))
 }
 
 /// JSON as the embedded runner prints it (`json.dumps`' form, see

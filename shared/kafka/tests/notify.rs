@@ -161,6 +161,9 @@ fn amount(payment: &str) -> AmountAnomaly {
         amount: 9_000.0,
         threshold: 700.0,
         event_time: 1_700_000_000_000,
+        provisional: false,
+        retracted: false,
+        revision: 1,
     }
 }
 
