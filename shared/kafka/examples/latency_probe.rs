@@ -6,6 +6,7 @@
 //! Two hops too: payment → amount anomaly (join-enrich, then payment-anomalies), which
 //! also holds the event-time wait of the amount rule (it scores payments in event-time
 //! order, once the watermark has passed them); enriched → anomaly shows that hop alone.
+//! Provisional anomalies (`[anomalies] provisional`) are measured apart: they do not wait.
 //!
 //! The wait is measured apart: the probe reads the watermark markers on
 //! `enriched-payments` and combines them per partition as payment-anomalies' tasks do
@@ -207,8 +208,10 @@ struct Outputs {
     enriched: HashMap<String, i64>,
     /// On-time device events: (device key, seen).
     devices: Vec<(String, i64)>,
-    /// Amount anomalies: (payment id, seen).
+    /// Amount anomalies in event-time order (and their corrections): (payment id, seen).
     anomalies: Vec<(String, i64)>,
+    /// Provisional amount anomalies (`[anomalies] provisional`): (payment id, seen).
+    provisional: Vec<(String, i64)>,
     /// Payment id → when the marker that released it to the amount rule was seen.
     released: HashMap<String, i64>,
 }
@@ -253,8 +256,10 @@ fn read_outputs(bootstrap: &str, codec: &Codec, end: Instant) -> Outputs {
             _ => {
                 // Amount anomalies name their payment; velocity ones do not.
                 let Ok(Value::Record(fields)) = codec.decode_value(payload) else { continue };
+                let provisional = fields.iter().any(|(name, v)| name == "provisional" && *v == Value::Boolean(true));
                 if let Some((_, Value::String(id))) = fields.iter().find(|(name, _)| name == "payment_id") {
-                    out.anomalies.push((id.clone(), seen));
+                    let list = if provisional { &mut out.provisional } else { &mut out.anomalies };
+                    list.push((id.clone(), seen));
                 }
             }
         }
@@ -295,6 +300,8 @@ fn main() {
             second_hop_beyond_wait.push(seen - r);
         }
     }
+    let provisional_hop: Vec<i64> =
+        out.provisional.iter().filter_map(|(id, seen)| out.enriched.get(id).map(|e| seen - e)).collect();
     // The wait of every payment the rule scored, not only the anomalies'.
     let waits = out.released.iter().filter_map(|(id, r)| out.enriched.get(id).map(|e| r - e)).collect();
     for (name, mut v) in [
@@ -303,6 +310,8 @@ fn main() {
         ("payment -> amount anomaly (two hops, event-time wait included)", latencies(&since_produced(&out.anomalies))),
         ("enriched payment -> amount anomaly (payment-anomalies, event-time wait included)", second_hop),
         ("event-time wait of the amount rule (enriched payment readable -> the marker that released it)", waits),
+        ("payment -> provisional amount anomaly (two hops)", latencies(&since_produced(&out.provisional))),
+        ("enriched payment -> provisional amount anomaly (payment-anomalies)", provisional_hop),
         ("payment -> amount anomaly beyond the event-time wait", beyond_wait),
         ("enriched payment -> amount anomaly beyond the event-time wait", second_hop_beyond_wait),
     ] {
