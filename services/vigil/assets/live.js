@@ -5,7 +5,7 @@ import { api, POLL_MS } from './api.js';
 import { $, esc, setHTML, setText } from './dom.js';
 import { ago, int, isNum, isoParts, utcFull, utcTime } from './format.js';
 import { setConn } from './header.js';
-import { serverNow } from './state.js';
+import { serverNow, state } from './state.js';
 import { eventTimeMs, summarize } from './summary.js';
 
 const LIVE_MAX = 200;
@@ -48,11 +48,20 @@ function liveItem(ev, fresh) {
   li.innerHTML = `<div class="li-top"><span class="badge${sevClass}"${r.severity ? ` title="severity ${esc(r.severity)}"` : ''}>${esc(KIND_LABEL[ev.kind] || ev.kind || 'event')}</span>${rev}`
     + `<span class="li-time" title="${esc(timeTitle)}">${t != null ? `${utcTime(t)} UTC` : ''}</span></div>`
     + `<div class="li-summary"><b>${keepTogether(head)}</b>${rest.map((p) => `<span class="sep">·</span>${keepTogether(p)}`).join('')}</div>`
-    + `<div class="li-meta"><span>${where}</span>${t != null ? `<span title="event date (UTC)">${isoParts(t).date}</span>` : ''}<span class="li-ago" title="when it was committed to Kafka" data-ts="${isNum(ev.timestamp_ms) ? ev.timestamp_ms : ''}"></span></div>`
+    + `<div class="li-meta"><span>${where}</span>${t != null ? `<span title="event date (UTC)">${isoParts(t).date}</span>` : ''}<span class="li-ago" title="when it was committed to Kafka" data-ts="${isNum(ev.timestamp_ms) ? ev.timestamp_ms : ''}"></span>${customerLink(ev)}</div>`
     + `<pre class="li-raw"></pre>`;
   li.querySelector('.li-raw').textContent = ev.line || JSON.stringify(ev.record);
   updateAgo(li.querySelector('.li-ago'));
   return li;
+}
+
+// An amount anomaly links to its customer's statistics, as the member that holds
+// them answers now (GET /jobs/{id}/state/customers/{customer_id}).
+function customerLink(ev) {
+  const r = ev.record || {};
+  if (ev.kind !== 'anomaly' || r.anomaly_type !== 'amount' || !r.customer_id || !state.jobId) return '';
+  const href = `jobs/${encodeURIComponent(state.jobId)}/state/customers/${encodeURIComponent(r.customer_id)}`;
+  return `<a class="li-state" href="${esc(href)}" target="_blank" rel="noopener" title="the customer's amount statistics and velocity window, now">why?</a>`;
 }
 
 function updateAgo(node) {

@@ -172,6 +172,7 @@ fn compose_cluster_behaves_as_its_users_expect() {
     });
     planted_scenarios_reach_the_alert_topics(&cluster);
     the_notifier_delivers_every_alert_to_the_webhook(&cluster);
+    the_pipeline_answers_why_a_customer_was_flagged(&cluster);
     rest_answers_in_flinks_shapes(&cluster);
     prometheus_scrapes_every_target_and_loaded_the_rules(&cluster);
     killing_a_taskmanager_mid_stream_loses_and_doubles_nothing(&cluster);
@@ -198,6 +199,23 @@ fn the_notifier_delivers_every_alert_to_the_webhook(cluster: &Cluster) {
         lines.len(),
         body["repeats"].as_u64().unwrap_or_default()
     );
+}
+
+fn the_pipeline_answers_why_a_customer_was_flagged(cluster: &Cluster) {
+    step("a state query: the planted customer's amount statistics, from the member that holds them");
+    let (id, _) = cluster.job();
+    let url = |customer: &str| format!("{}/jobs/{id}/state/customers/{customer}", cluster.jobmanager);
+    let state: Value = wait_until("cust-001's state is answered", Duration::from_secs(60), || {
+        let response = cluster.http.get(url("cust-001")).send().ok()?;
+        (response.status() == 200).then(|| response.json().ok()).flatten()
+    });
+    // Its five payments of history and pay-9003, at least (traffic may add more).
+    assert!(state["count"].as_u64().unwrap() >= 6, "{state}");
+    assert!(state["threshold"].as_f64().unwrap() > 0.0 && state["std_dev"].as_f64().unwrap() > 0.0, "{state}");
+    assert!(cluster.alive_taskmanagers().iter().any(|t| state["answered_by"] == t.as_str()), "{state}");
+    let unknown = cluster.http.get(url("no-such-customer")).send().unwrap();
+    assert_eq!(unknown.status(), 404, "an unknown customer");
+    eprintln!("compose test: cust-001: {state}");
 }
 
 fn the_lost_taskmanager_reaches_the_receiver_through_alertmanager(cluster: &Cluster) {
@@ -488,6 +506,7 @@ fn dashboard_shows_the_graph_rates_and_alerts(page: &str) {
     assert!(rates.iter().any(|&r| r > 0.0), "live rates on the graph: {rates:?}");
     assert!(page.contains(r#"class="live-item"#) && page.contains(r#"data-kind="health_alert""#), "the live pane");
     assert!(page.contains("fault_rate_exceeded"), "the planted health alert in the live pane");
+    assert!(page.contains(r#"class="li-state""#), "the planted amount anomaly links to its customer's state");
 }
 
 /// The embedded runtime's output on the same input, cut where the cluster's is.

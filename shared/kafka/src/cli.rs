@@ -14,6 +14,7 @@ use vigil_model::Config;
 
 use crate::metrics::MetricsRegistry;
 use crate::observe::{self, Health};
+use crate::queries::StateQueries;
 use crate::runner::Common;
 use crate::services::Service;
 use crate::status::MemberStatus;
@@ -82,6 +83,7 @@ fn run(service: &'static dyn Service, args: ServiceArgs) -> anyhow::Result<()> {
     let common = args.kafka.common()?;
     let registry = MetricsRegistry::new("service", &[]);
     let health = Health::new();
+    let queries = StateQueries::new();
     let shutdown = Arc::new(AtomicBool::new(false));
     let supervisor = Supervisor {
         service,
@@ -91,9 +93,10 @@ fn run(service: &'static dyn Service, args: ServiceArgs) -> anyhow::Result<()> {
         registry: registry.clone(),
         status: Arc::new(Mutex::new(MemberStatus::new(name, &args.instance))),
         loop_health: health.watch(name),
+        queries: queries.clone(),
         shutdown: shutdown.clone(),
     };
-    let addr = observe::serve(args.metrics_addr, registry, health, shutdown)?;
+    let addr = observe::serve(args.metrics_addr, registry, health, queries, shutdown)?;
     tracing::info!(service = name, %addr, "serving /metrics and /healthz");
     supervisor.run();
     Ok(())

@@ -20,6 +20,7 @@ pub mod notify;
 pub mod observe;
 pub mod patience;
 pub mod produce;
+pub mod queries;
 pub mod reset;
 pub mod restore;
 pub mod runner;

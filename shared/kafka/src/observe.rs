@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
 use crate::metrics::MetricsRegistry;
+use crate::queries::{Reply, StateQueries};
 
 /// A processing loop that has not gone round for this long is stalled.
 const STALLED_AFTER_SECS: u64 = 30;
@@ -101,6 +103,7 @@ pub fn serve(
     addr: SocketAddr,
     metrics: Arc<MetricsRegistry>,
     health: Arc<Health>,
+    queries: Arc<StateQueries>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
@@ -109,15 +112,24 @@ pub fn serve(
     std::thread::Builder::new().name("observe".into()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
         runtime.block_on(async move {
-            let app = Router::new().route("/metrics", get(move || async move { metrics.render() })).route(
-                "/healthz",
-                get(move || async move {
-                    match health.check() {
-                        Ok(()) => (StatusCode::OK, "ok".to_string()),
-                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-                    }
-                }),
-            );
+            let app = Router::new()
+                .route("/metrics", get(move || async move { metrics.render() }))
+                .route(
+                    "/healthz",
+                    get(move || async move {
+                        match health.check() {
+                            Ok(()) => (StatusCode::OK, "ok".to_string()),
+                            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                        }
+                    }),
+                )
+                .route(
+                    "/state/{stage}/{what}/{key}",
+                    get(move |Path((stage, what, key)): Path<(String, String, String)>| async move {
+                        let asked = tokio::task::spawn_blocking(move || state_query(&queries, &stage, &what, &key));
+                        asked.await.unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+                    }),
+                );
             let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
             tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
@@ -130,6 +142,24 @@ pub fn serve(
         });
     })?;
     Ok(bound)
+}
+
+/// How long a state query waits for the members' answers.
+const QUERY_WAIT: Duration = Duration::from_secs(2);
+
+/// `/state/{stage}/{what}/{key}`: 200 and the state as JSON from the member whose
+/// task holds the key's partition; 404 if that task holds nothing for it; 421 if no
+/// member here holds that partition (another process does, or it is moving).
+fn state_query(queries: &StateQueries, stage: &str, what: &str, key: &str) -> (StatusCode, String) {
+    let error = |status: StatusCode, message: String| (status, serde_json::json!({ "error": message }).to_string());
+    match queries.ask(stage, what, key, QUERY_WAIT) {
+        Some(Reply::Found(value)) => (StatusCode::OK, value.to_string()),
+        Some(Reply::Unknown) => error(StatusCode::NOT_FOUND, format!("{stage} holds no state for {what} `{key}`")),
+        Some(Reply::NotQueryable) => error(StatusCode::BAD_REQUEST, format!("{stage} answers no query of {what}")),
+        Some(Reply::NotHere) | None => {
+            error(StatusCode::MISDIRECTED_REQUEST, format!("no member of {stage} here holds the partition of `{key}`"))
+        }
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -20,6 +20,7 @@ use tracing::{error, info};
 
 use crate::metrics::MetricsRegistry;
 use crate::observe::LoopHealth;
+use crate::queries::StateQueries;
 use crate::runner::{Common, Observers};
 use crate::services::Service;
 use crate::status::{Role, SharedStatus};
@@ -48,6 +49,8 @@ pub struct Supervisor {
     pub registry: Arc<MetricsRegistry>,
     pub status: SharedStatus,
     pub loop_health: LoopHealth,
+    /// Where the process's `/state/…` queries reach the member.
+    pub queries: Arc<StateQueries>,
     pub shutdown: Arc<AtomicBool>,
 }
 
@@ -56,12 +59,14 @@ impl Supervisor {
     pub fn run(self) {
         let name = self.service.name();
         let metrics = self.registry.member(name, &self.member);
+        let inbox = self.queries.inbox(name);
         let mut backoff = FIRST_BACKOFF;
         while !self.shutdown.load(Ordering::SeqCst) {
             let observers = Observers {
                 metrics: metrics.clone(),
                 status: self.status.clone(),
                 loop_health: self.loop_health.clone(),
+                queries: inbox.clone(),
             };
             let started = Instant::now();
             let result = self.service.run(&self.member, self.group_id.clone(), &self.common, observers, &self.shutdown);

@@ -50,6 +50,7 @@ fn the_planted_dataset_through_six_services_gives_the_embedded_result() {
     let (got, dead) = stack.wait_for(&expected, Duration::from_secs(90));
     assert_finished_and_accounted(&services);
     assert_process_and_client_metrics(&services);
+    assert_state_query_answers(&services);
     stop(services);
     assert_same(&got, &expected, NOT_EMBEDDED);
     assert_eq!(dead.len(), 4, "the four planted bad lines: {dead:#?}");
@@ -84,6 +85,20 @@ fn assert_finished_and_accounted(services: &[Running]) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// payment-anomalies answers a state query from its live state: the planted
+/// customer's amount statistics (five payments of history and pay-9003 at least), and
+/// 404 for a customer it never scored.
+fn assert_state_query_answers(services: &[Running]) {
+    let anomalies = services.iter().find(|s| s.name == "payment-anomalies").unwrap();
+    let (status, body) = anomalies.get("/state/payment-anomalies/customers/cust-001");
+    assert_eq!(status, 200, "{body}");
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["customer_id"], "cust-001", "{state}");
+    assert!(state["count"].as_u64().unwrap() >= 6 && state["std_dev"].as_f64().unwrap() > 0.0, "{state}");
+    assert_eq!(anomalies.get("/state/payment-anomalies/customers/no-such-customer").0, 404);
+    assert_eq!(anomalies.get("/state/join-enrich/customers/cust-001").0, 421, "no member of join-enrich there");
 }
 
 /// Every service shows its process's metrics and, from librdkafka's statistics (every

@@ -275,6 +275,7 @@ fn a_stage_defined_in_a_test_gives_on_kafka_what_it_gives_embedded() {
         registry,
         status: Arc::new(Mutex::new(MemberStatus::new(toy.name(), "0"))),
         loop_health: health.watch(toy.name()),
+        queries: vigil_kafka::queries::StateQueries::new(),
         shutdown: shutdown.clone(),
     };
     let member = std::thread::spawn(move || supervisor.run());

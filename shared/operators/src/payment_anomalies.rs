@@ -237,6 +237,52 @@ impl PaymentAnomalies {
     }
 }
 
+/// What the rules hold for one customer, as a state query answers it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CustomerState {
+    pub customer_id: String,
+    /// The amount rule: payments scored so far, their mean and sample standard
+    /// deviation, and the threshold the next payment is judged against.
+    pub count: u64,
+    pub mean: f64,
+    pub std_dev: f64,
+    pub threshold: f64,
+    /// The velocity rule: the payments its open windows hold (those the watermark
+    /// has not closed), the span they cover, and their total.
+    pub velocity_open_from: Option<Millis>,
+    pub velocity_open_to: Option<Millis>,
+    pub velocity_open_count: u64,
+    pub velocity_open_amount: f64,
+    /// Payments read and not yet scored (waiting for event-time order) are not in
+    /// these figures; the watermark says how far scoring is.
+    pub watermark: Millis,
+}
+
+impl PaymentAnomalies {
+    /// The customer's statistics and velocity window; `None` if it has neither.
+    pub fn customer(&self, customer: &str) -> Option<CustomerState> {
+        let stats = self.stats.get(customer).copied();
+        let velocity = self.velocity.held(customer);
+        if stats.is_none() && velocity.is_none() {
+            return None;
+        }
+        let stats = stats.unwrap_or_default();
+        let (window, v) = velocity.map_or((None, Velocity::default()), |(w, v)| (Some(w), v));
+        Some(CustomerState {
+            customer_id: customer.to_string(),
+            count: stats.count(),
+            mean: stats.mean(),
+            std_dev: stats.std_dev(),
+            threshold: round2(self.threshold(&stats)),
+            velocity_open_from: window.map(|w| w.start),
+            velocity_open_to: window.map(|w| w.end),
+            velocity_open_count: v.count,
+            velocity_open_amount: from_cents(v.cents),
+            watermark: self.watermark,
+        })
+    }
+}
+
 impl Operator for PaymentAnomalies {
     type In = Arc<EnrichedPayment>;
     type Out = AnomalyOutput;
@@ -528,6 +574,18 @@ mod tests {
         let mut h = Harness::new(PaymentAnomalies::new(&Config::default()));
         assert!(h.record(paid("big", "c", 9_000.0, T)).is_empty());
         assert_eq!(verdicts(&h.finish()), vec![("big".into(), false, false, 1)]);
+    }
+
+    #[test]
+    fn a_state_query_shows_a_customers_statistics_and_velocity_window() {
+        let h = provisional();
+        let c = h.operator.customer("c").unwrap();
+        assert_eq!((c.count, c.threshold), (5, 130.87), "mean + 3σ of the five, as the rule judges the next");
+        assert!((c.mean - 108.398).abs() < 1e-9);
+        // The watermark (T + 10 s) closed every window of the payments before T + 6 s.
+        assert_eq!((c.velocity_open_from, c.velocity_open_to), (Some(T + 6_000), Some(T + 9_000)));
+        assert_eq!((c.velocity_open_count, c.velocity_open_amount), (2, 224.28));
+        assert!(h.operator.customer("nobody").is_none());
     }
 
     #[test]

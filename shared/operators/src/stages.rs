@@ -12,7 +12,7 @@ use vigil_model::topology::{
 };
 use vigil_model::{Config, DeviceEvent, Millis, Text};
 use vigil_stream::stage::{In, Out};
-use vigil_stream::{pipeline, ReadRecord, Stage, WriteRecord};
+use vigil_stream::{pipeline, ReadRecord, Stage, StageAnswer, WriteRecord};
 
 use crate::{
     AnomalyOutput, DeviceAnalytics, DeviceOutput, DeviceRouter, HealthInput, HealthMonitor, JoinEnrich, JoinInput,
@@ -165,6 +165,14 @@ impl Stage for PaymentAnomaliesStage {
             }
             AnomalyOutput::Late(l) => to.write(&ENRICHED_PAYMENTS_LATE, l.payment.key().into(), l),
         }
+    }
+
+    /// `customers/{customer_id}`: the amount statistics and velocity window.
+    fn query(&self, op: &PaymentAnomalies, what: &str, customer: &str) -> Option<StageAnswer> {
+        (what == "customers").then(|| match op.customer(customer) {
+            Some(state) => StageAnswer::Found(serde_json::to_value(state).expect("plain fields serialize")),
+            None => StageAnswer::Unknown,
+        })
     }
 }
 

@@ -23,6 +23,6 @@ pub mod watermark;
 pub mod window;
 
 pub use operator::Operator;
-pub use stage::{Pipeline, ReadRecord, Stage, StageVisitor, WriteRecord};
+pub use stage::{Pipeline, ReadRecord, Stage, StageAnswer, StageVisitor, WriteRecord};
 pub use task::{Ledger, Task};
 pub use vigil_model::Millis;

@@ -55,6 +55,10 @@ impl<A> Panes<A> {
         self.0.first().map(|&(s, _)| s)
     }
 
+    pub fn last_start(&self) -> Option<Millis> {
+        self.0.last().map(|&(s, _)| s)
+    }
+
     /// Forgets the first panes while `gone` holds for their start (it must hold for
     /// a prefix of them, as "closed for good" does).
     pub fn forget_while(&mut self, gone: impl Fn(Millis) -> bool) {

@@ -42,6 +42,21 @@ pub trait Stage: Send + Sync + 'static {
 
     /// Writes an output to its topic under its key.
     fn write<W: WriteRecord>(&self, output: Out<Self>, to: W) -> W::Written;
+
+    /// A state query, as Kafka Streams' interactive queries: what `op` (the task of
+    /// the partition `key` is partitioned to) holds for `key` under `what`
+    /// (`customers`, say). `None`: the stage answers no such query.
+    fn query(&self, _op: &Self::Op, _what: &str, _key: &str) -> Option<StageAnswer> {
+        None
+    }
+}
+
+/// What a state query found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageAnswer {
+    Found(serde_json::Value),
+    /// The task holds nothing for the key.
+    Unknown,
 }
 
 /// How a runtime gives a stage the record it read.

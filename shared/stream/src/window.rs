@@ -224,6 +224,18 @@ impl<K: Hash + Eq + Ord + Clone, A: Aggregate> KeyedWindows<K, A> {
         self.keys.len()
     }
 
+    /// What the key's windows still hold (those the watermark has not closed for
+    /// good): from its first pane to the end of its last, merged (for a state query).
+    pub fn held<Q>(&self, key: &Q) -> Option<(Window, A)>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let panes = &self.keys.get(key)?.panes;
+        let span = Window { start: panes.first_start()?, end: panes.last_start()? + self.rules.windows.slide };
+        Some((span, merge_panes(panes, span)))
+    }
+
     fn apply(&mut self, key: &K, settled: Settled) {
         if let Some(timer) = settled.timer {
             self.timers.register(timer, key.clone());

@@ -11,6 +11,7 @@ mod cluster;
 mod lag;
 mod live;
 mod metrics;
+mod queries;
 #[cfg(test)]
 mod rules;
 mod state;

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +18,8 @@ use tokio::sync::broadcast::error::RecvError;
 use vigil_kafka::status::Heartbeat;
 
 use crate::jobmanager::api;
+use crate::jobmanager::cluster::TmState;
+use crate::jobmanager::queries;
 use crate::jobmanager::state::JobManager;
 use crate::jobmanager::view::{JobView, StageEntry};
 
@@ -73,6 +75,7 @@ pub fn router(jm: Arc<JobManager>) -> Router {
                 with_vertex(&jm, &job, &vertex, |_, s| api::watermarks(s))
             }),
         )
+        .route("/jobs/{job}/state/customers/{customer}", get(customer_state))
         .route("/taskmanagers", get(|State(jm): Shared| async move { Json(api::taskmanagers(&jm.view())) }))
         .route("/events", get(|State(jm): Shared| async move { Json(json!({"events": jm.live.newest()})) }))
         .route("/events/stream", get(events))
@@ -88,6 +91,42 @@ async fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 fn not_found(what: &str) -> Response {
     (StatusCode::NOT_FOUND, Json(api::error(what))).into_response()
+}
+
+/// A customer's amount statistics and velocity window, from the member that holds
+/// its partition (see `queries`).
+async fn customer_state(State(jm): Shared, Path((job, customer)): Path<(String, String)>) -> Response {
+    let view = jm.view();
+    if job != view.job_id {
+        return not_found(&format!("Job {job} not found; the job is {}", view.job_id));
+    }
+    let alive: Vec<(String, String)> = view
+        .taskmanagers
+        .iter()
+        .filter(|t| t.state == TmState::Alive)
+        .map(|t| (t.id.clone(), t.address.clone()))
+        .collect();
+    let asked = customer.clone();
+    let answer =
+        tokio::task::spawn_blocking(move || queries::ask(&alive, "payment-anomalies", "customers", &asked)).await;
+    match answer {
+        Ok(queries::Answer::Found { taskmanager, mut state }) => {
+            state["answered_by"] = json!(taskmanager);
+            Json(state).into_response()
+        }
+        Ok(queries::Answer::Unknown) => {
+            not_found(&format!("customer {customer} has no amount statistics or velocity window (no payment scored)"))
+        }
+        Ok(queries::Answer::Moving) | Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(RETRY_AFTER, "2")],
+            Json(api::error(&format!(
+                "no taskmanager holds the partition of customer {customer} right now (it is moving between \
+                 members, or restoring); ask again in a few seconds"
+            ))),
+        )
+            .into_response(),
+    }
 }
 
 fn with_job(jm: &JobManager, job: &str, render: fn(&JobView) -> Value) -> Response {

@@ -17,10 +17,11 @@ use anyhow::{bail, Context as _};
 use vigil_kafka::cli::KafkaArgs;
 use vigil_kafka::metrics::{now_ms, MetricsRegistry};
 use vigil_kafka::observe::{self, Health};
+use vigil_kafka::queries::StateQueries;
 use vigil_kafka::services::{self, Service};
 
 use crate::taskmanager::heartbeat::Reporter;
-use crate::taskmanager::slots::Slots;
+use crate::taskmanager::slots::{Process, Slots};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -64,11 +65,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = MetricsRegistry::new("taskmanager", &[("taskmanager", &id)]);
     registry.gauge("taskmanager_slots", "Slots of this taskmanager").set(f64::from(args.slots));
     let health = Health::new();
+    let queries = StateQueries::new();
     let shutdown = Arc::new(AtomicBool::new(false));
-    let bound = observe::serve(args.metrics_addr, registry.clone(), health.clone(), shutdown.clone())?;
+    let bound = observe::serve(args.metrics_addr, registry.clone(), health.clone(), queries.clone(), shutdown.clone())?;
     tracing::info!(taskmanager = %id, slots = args.slots, %bound, "serving /metrics and /healthz");
 
-    let slots = Slots::start(&id, args.slots, &stages, &common, &registry, &health, &shutdown)?;
+    let process = Process { registry: registry.clone(), health, queries, shutdown: shutdown.clone() };
+    let slots = Slots::start(&id, args.slots, &stages, &common, &process)?;
     let reporter = Reporter::new(&args.jobmanager_url, &id, bound.port(), args.slots, now_ms())?;
     while !shutdown.load(Ordering::SeqCst) {
         reporter.send(slots.statuses());

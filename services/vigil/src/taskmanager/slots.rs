@@ -8,10 +8,20 @@ use std::thread::JoinHandle;
 use anyhow::Context as _;
 use vigil_kafka::metrics::MetricsRegistry;
 use vigil_kafka::observe::Health;
+use vigil_kafka::queries::StateQueries;
 use vigil_kafka::runner::Common;
 use vigil_kafka::services::Service;
 use vigil_kafka::status::{MemberStatus, SharedStatus};
 use vigil_kafka::supervise::Supervisor;
+
+/// What the members share with their process: its metrics, health, state queries and
+/// shutdown flag.
+pub struct Process {
+    pub registry: Arc<MetricsRegistry>,
+    pub health: Arc<Health>,
+    pub queries: Arc<StateQueries>,
+    pub shutdown: Arc<AtomicBool>,
+}
 
 pub struct Slots {
     members: Vec<(SharedStatus, JoinHandle<()>)>,
@@ -23,10 +33,9 @@ impl Slots {
         slots: u32,
         stages: &[&'static dyn Service],
         common: &Common,
-        registry: &Arc<MetricsRegistry>,
-        health: &Health,
-        shutdown: &Arc<AtomicBool>,
+        process: &Process,
     ) -> anyhow::Result<Slots> {
+        let Process { registry, health, queries, shutdown } = process;
         let mut members = Vec::new();
         for slot in 0..slots {
             let member = format!("{taskmanager}-{slot}");
@@ -41,6 +50,7 @@ impl Slots {
                     registry: registry.clone(),
                     status: status.clone(),
                     loop_health: health.watch(&format!("{name}/{member}")),
+                    queries: queries.clone(),
                     shutdown: shutdown.clone(),
                 };
                 let thread = std::thread::Builder::new()

@@ -41,6 +41,7 @@ pub mod keying;
 pub mod markers;
 pub mod merge;
 mod per_slot;
+mod query;
 pub mod restore;
 pub mod task;
 pub mod watermarks;

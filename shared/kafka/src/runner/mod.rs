@@ -50,6 +50,7 @@ use crate::inputs::{self, InputKind, Parallelism};
 use crate::metrics::MemberMetrics;
 use crate::observe::LoopHealth;
 use crate::produce::Kafka;
+use crate::queries::{Inbox, Reply};
 pub use crate::settings::{Common, Settings};
 use crate::status::{Ledger, Role, SharedStatus};
 use crate::topics;
@@ -83,6 +84,8 @@ pub struct Observers {
     pub metrics: MemberMetrics,
     pub status: SharedStatus,
     pub loop_health: LoopHealth,
+    /// State queries for the member to answer (`crate::queries`).
+    pub queries: Inbox,
 }
 
 pub struct Runner<S: Stage> {
@@ -90,6 +93,7 @@ pub struct Runner<S: Stage> {
     metrics: MemberMetrics,
     status: SharedStatus,
     loop_health: LoopHealth,
+    queries: Inbox,
     /// Shared so that a message can borrow a handle of its own while the loop changes
     /// the runner's state (see `read_batch`).
     consumer: Arc<BaseConsumer<GroupContext>>,
@@ -202,7 +206,7 @@ impl<S: Stage> Runner<S> {
         topics::check(&consumer, &names, partitions)?;
         let codec = codec.join().expect("making the registry client does not panic")?;
         let core = TaskCore::new(stage, settings.config.clone(), codec);
-        let Observers { metrics, status, loop_health } = observers;
+        let Observers { metrics, status, loop_health, queries } = observers;
         let records_in = inputs.iter().map(|i| metrics.records_in(&i.name)).collect();
         let records_out = outputs.iter().map(|t| (t.name, metrics.records_out(t.name))).collect();
         let topic_names = input_topics.iter().map(|n| CString::new(n.as_str())).collect::<Result<_, _>>()?;
@@ -222,6 +226,7 @@ impl<S: Stage> Runner<S> {
             metrics,
             status,
             loop_health,
+            queries,
             consumer: Arc::new(consumer),
             producer,
             claim: None,
@@ -290,6 +295,7 @@ impl<S: Stage> Runner<S> {
                 self.log_running();
                 while !shutdown.load(Ordering::SeqCst) {
                     self.loop_health.went_round();
+                    self.queries.take().into_iter().for_each(|q| q.answer(Reply::NotHere));
                     if !election.leads() {
                         if election.stranded() {
                             // Its client may hang closing, as a failed member's can.
@@ -379,6 +385,7 @@ impl<S: Stage> Runner<S> {
             self.mark_idle_partitions()?;
             self.ask_idle_tasks_to_repeat();
             self.answer_asks();
+            self.answer_queries();
             self.read_batch()?;
             self.emit()?;
             self.apply_flow()?;
@@ -395,6 +402,14 @@ impl<S: Stage> Runner<S> {
             }
         }
         Ok(())
+    }
+
+    /// Answers the state queries asked since the last round, from the live state.
+    fn answer_queries(&self) {
+        for asked in self.queries.take() {
+            let reply = self.core.query(&asked.what, &asked.key);
+            asked.answer(reply);
+        }
     }
 
     fn set_role(&self, role: Role) {

@@ -424,14 +424,21 @@ pub fn send_lines(producer: &InputProducer, lines: &[Line]) {
 impl Running {
     /// The service's own /metrics, as Prometheus reads it.
     pub fn metrics_text(&self) -> String {
+        self.get("/metrics").1
+    }
+
+    /// A GET of `path` on the service's /metrics address: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
         let text = self.log_text();
         let addr = text.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()).expect("a metrics address");
         let mut conn = std::net::TcpStream::connect(addr).unwrap();
-        write!(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut body = String::new();
-        conn.read_to_string(&mut body).unwrap();
-        body
+        write!(conn, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = answer.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string());
+        (status, body)
     }
 
     /// A counter from the service's own /metrics.
