@@ -56,12 +56,17 @@ function liveItem(ev, fresh) {
 }
 
 // An amount anomaly links to its customer's statistics, as the member that holds
-// them answers now (GET /jobs/{id}/state/customers/{customer_id}).
+// them answers now (GET /jobs/{id}/state/customers/{customer_id}). The job's id may
+// not be known yet when the item is drawn: the link takes it when it is followed.
 function customerLink(ev) {
   const r = ev.record || {};
-  if (ev.kind !== 'anomaly' || r.anomaly_type !== 'amount' || !r.customer_id || !state.jobId) return '';
-  const href = `jobs/${encodeURIComponent(state.jobId)}/state/customers/${encodeURIComponent(r.customer_id)}`;
-  return `<a class="li-state" href="${esc(href)}" target="_blank" rel="noopener" title="the customer's amount statistics and velocity window, now">why?</a>`;
+  if (ev.kind !== 'anomaly' || r.anomaly_type !== 'amount' || !r.customer_id) return '';
+  return `<a class="li-state" href="#" data-customer="${esc(r.customer_id)}" target="_blank" rel="noopener" title="the customer's amount statistics and velocity window, now">why?</a>`;
+}
+
+function followCustomerLink(a) {
+  const customer = a.getAttribute('data-customer');
+  a.href = `jobs/${encodeURIComponent(state.jobId || '')}/state/customers/${encodeURIComponent(customer)}`;
 }
 
 function updateAgo(node) {
@@ -219,6 +224,8 @@ function setupLive() {
     li.classList.toggle('open');
   };
   list.addEventListener('click', (ev) => {
+    const link = ev.target.closest('.li-state');
+    if (link) return followCustomerLink(link); // the browser opens it
     if (ev.target.closest('.li-raw')) return; // let people select the raw line
     const li = ev.target.closest('.live-item');
     if (li) toggle(li);
