@@ -10,7 +10,7 @@ import { $, setHTML } from './dom.js';
 import { isNum } from './format.js';
 import { renderGraph } from './graph.js';
 import { renderFailure, renderHeader, setConn, tickClock } from './header.js';
-import { pollLive, startLive, tickLive } from './live.js';
+import { pollLive, renderNotifier, startLive, tickLive } from './live.js';
 import { renderStages } from './stages.js';
 import { state } from './state.js';
 import { renderTaskmanagers } from './taskmanagers.js';
@@ -76,6 +76,7 @@ function render() {
     empty.hidden = false;
     setHTML(empty, '<p><strong>No job is running.</strong></p><p class="muted">The graph appears once the jobmanager has a job.</p>');
   }
+  renderNotifier(job);
   renderTaskmanagers(state.tms);
   renderCheckpoints(state.checkpoints);
   renderHeader();

@@ -240,6 +240,18 @@ function setupLive() {
   liveCounts();
 }
 
+/** The notifier's deliveries above the live list (hidden where no notifier runs). */
+export function renderNotifier(job) {
+  const n = job && job.vigil && job.vigil.notifier;
+  const node = $('#live-notifier');
+  node.hidden = !n;
+  if (!n) return;
+  node.setAttribute('data-delivered', n.delivered);
+  const breakers = n.breakers_open ? ` · ${int(n.breakers_open)} breaker(s) open` : '';
+  setText(node, `notified ${int(n.delivered)} · dead-lettered ${int(n.dead_lettered)} · in flight ${int(n.in_flight)}${breakers}`);
+  node.title = `the notifier (${n.members} member(s)), since each started: alerts read ${n.read} = delivered + dead-lettered + in flight`;
+}
+
 export function startLive() {
   setupLive();
   backfill();

@@ -507,6 +507,12 @@ fn dashboard_shows_the_graph_rates_and_alerts(page: &str) {
     assert!(page.contains(r#"class="live-item"#) && page.contains(r#"data-kind="health_alert""#), "the live pane");
     assert!(page.contains("fault_rate_exceeded"), "the planted health alert in the live pane");
     assert!(page.contains(r#"class="li-state""#), "the planted amount anomaly links to its customer's state");
+    let notified: u64 = page
+        .split(r#"id="live-notifier" class="live-notifier" data-delivered=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next()?.parse().ok())
+        .expect("the notifier's deliveries above the live pane");
+    assert!(notified > 0, "the notifier delivered the planted alerts");
 }
 
 /// The embedded runtime's output on the same input, cut where the cluster's is.

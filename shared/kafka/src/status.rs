@@ -60,6 +60,20 @@ pub struct MemberStatus {
     pub recent_commits: Vec<Commit>,
     /// Why it last failed, while it is `Failed`.
     pub error: Option<String>,
+    /// A notifier member's deliveries (see `notify`); `None` for a stage's member.
+    #[serde(default)]
+    pub deliveries: Option<Deliveries>,
+}
+
+/// A notifier member's ledger since it started: alerts read = delivered +
+/// dead-lettered + in flight; and its channels whose breaker is open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deliveries {
+    pub read: u64,
+    pub delivered: u64,
+    pub dead_lettered: u64,
+    pub in_flight: u64,
+    pub breakers_open: u64,
 }
 
 pub const RECENT_COMMITS: usize = 10;
@@ -77,6 +91,7 @@ impl MemberStatus {
             restored_tasks: 0,
             recent_commits: Vec::new(),
             error: None,
+            deliveries: None,
         }
     }
 

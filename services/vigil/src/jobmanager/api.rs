@@ -11,7 +11,7 @@
 //! | taskmanager | a taskmanager; its slots each run a member of every stage |
 
 use serde_json::{json, Value};
-use vigil_kafka::status::{Commit, Role};
+use vigil_kafka::status::{Commit, Deliveries, Role};
 use vigil_model::topology::Topology;
 
 use crate::jobmanager::cluster::TmState;
@@ -254,7 +254,30 @@ pub fn job(view: &JobView) -> Value {
         "vertices": vertices,
         "status-counts": {"RUNNING": running, "CREATED": view.stages.len() - running},
         "plan": plan(view),
-        "vigil": {"edges": edges(view), "topics": topics(view)},
+        "vigil": {"edges": edges(view), "topics": topics(view), "notifier": notifier(view)},
+    })
+}
+
+/// The notifier members' deliveries on the live taskmanagers, summed (each since it
+/// started); `null` where no notifier runs.
+pub fn notifier(view: &JobView) -> Value {
+    let members: Vec<Deliveries> = view
+        .taskmanagers
+        .iter()
+        .filter(|t| t.state == TmState::Alive)
+        .flat_map(|t| t.members.iter().filter_map(|m| m.deliveries))
+        .collect();
+    if members.is_empty() {
+        return Value::Null;
+    }
+    let sum = |f: fn(&Deliveries) -> u64| members.iter().map(f).sum::<u64>();
+    json!({
+        "members": members.len(),
+        "read": sum(|d| d.read),
+        "delivered": sum(|d| d.delivered),
+        "dead_lettered": sum(|d| d.dead_lettered),
+        "in_flight": sum(|d| d.in_flight),
+        "breakers_open": sum(|d| d.breakers_open),
     })
 }
 

@@ -185,7 +185,7 @@ mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpStream;
 
-    use vigil_kafka::status::{Heartbeat, MemberStatus, Role};
+    use vigil_kafka::status::{Deliveries, Heartbeat, MemberStatus, Role};
 
     use super::*;
     use crate::jobmanager::live::event;
@@ -269,13 +269,16 @@ mod tests {
         let (jm, addr) = serve();
         let mut member = MemberStatus::new("payment-metrics", "tm-a-0");
         member.role = Role::Standby;
+        let mut notifier = MemberStatus::new("notifier", "tm-a-0");
+        notifier.deliveries =
+            Some(Deliveries { read: 5, delivered: 3, dead_lettered: 1, in_flight: 1, breakers_open: 0 });
         let beat = Heartbeat {
             taskmanager: "tm-a".into(),
             address: "http://10.0.0.7:9249".into(),
             slots: 1,
             cpu_cores: 2,
             started_ms: 1,
-            members: vec![member],
+            members: vec![member, notifier],
         };
         let (status, _) = request(&addr, "POST", "/internal/heartbeat", &serde_json::to_string(&beat).unwrap());
         assert_eq!(status, 204);
@@ -288,6 +291,8 @@ mod tests {
         let job: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(job["state"], "RESTARTING", "no stage has an active member yet");
         assert_eq!(job["vertices"][1]["vigil"]["members"][0]["id"], "tm-a-0");
+        let notified = &job["vigil"]["notifier"];
+        assert_eq!((notified["members"].as_u64(), notified["delivered"].as_u64()), (Some(1), Some(3)), "{notified}");
         let (status, body) = request(&addr, "GET", "/jobs/00000000000000000000000000000000", "");
         assert_eq!(status, 404);
         assert!(body.contains("errors"), "{body}");

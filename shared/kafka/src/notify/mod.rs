@@ -44,6 +44,7 @@ use crate::names::Names;
 use crate::runner::{Common, Observers};
 use crate::services::Service;
 use crate::settings::Settings;
+use crate::status::{Deliveries, Role};
 use crate::topics;
 
 /// The stage's name, and its consumer group's (`vigil-notifier`).
@@ -159,6 +160,8 @@ impl Member {
 
     fn run(self, shutdown: &AtomicBool) -> Result<()> {
         let Member { consumer, mut work } = self;
+        work.observers.status.lock().expect("status").role = Role::Active;
+        work.publish();
         while !shutdown.load(Ordering::SeqCst) {
             work.observers.loop_health.went_round();
             let message = match consumer.poll(Duration::from_millis(200)) {
@@ -173,7 +176,9 @@ impl Member {
                 consumer.store_offset_from_message(&message)?;
                 continue;
             }
-            if !deliver(&message, &mut work, shutdown)? {
+            let delivered = deliver(&message, &mut work, shutdown)?;
+            work.publish();
+            if !delivered {
                 break;
             }
             consumer.store_offset_from_message(&message)?;
@@ -183,6 +188,22 @@ impl Member {
             warn!("the notifier could not commit its last offsets ({e}); their alerts come again, under the same keys");
         }
         Ok(())
+    }
+}
+
+impl Work {
+    /// Tells the member's status (what its taskmanager reports to the jobmanager)
+    /// its ledger and breakers.
+    fn publish(&self) {
+        let m = &self.metrics;
+        let deliveries = Deliveries {
+            read: m.read.get(),
+            delivered: m.delivered.get(),
+            dead_lettered: m.dead_lettered.get(),
+            in_flight: m.in_flight.get().max(0) as u64,
+            breakers_open: self.deliverers.iter().filter(|d| d.breaker_open()).count() as u64,
+        };
+        self.observers.status.lock().expect("status").deliveries = Some(deliveries);
     }
 }
 
