@@ -7,7 +7,9 @@
 #   scripts/bench-embedded.sh OTHER/vigil-pipeline   this tree's and OTHER's, alternating
 #
 # Env: RUNS (7), SCALE (1000: the planted dataset with SCALE × 1 000 events of normal
-# traffic, about a million events), CORE (0: the core both runs are pinned to).
+# traffic, about a million events), MIX (equal: the seed's, its three streams at one
+# rate; half-devices: half device events, the mix of figures before 2026-12-07), CORE
+# (0: the core both runs are pinned to).
 # The dataset is written once into target/bench-embedded/. Tagged lines go to
 # /dev/null, as the performance target says.
 set -euo pipefail
@@ -15,12 +17,13 @@ cd "$(dirname "$0")/.."
 
 RUNS="${RUNS:-7}"
 SCALE="${SCALE:-1000}"
+MIX="${MIX:-equal}"
 CORE="${CORE:-0}"
 OTHER="${1:-}"
-DATA="target/bench-embedded/scale-$SCALE"
+DATA="target/bench-embedded/scale-$SCALE-$MIX"
 
 cargo build --release --locked -q -p vigil-pipeline -p vigil
-[[ -s "$DATA/devices.ndjson" ]] || target/release/vigil generate --out "$DATA" --scale "$SCALE" >/dev/null 2>&1
+[[ -s "$DATA/devices.ndjson" ]] || target/release/vigil generate --out "$DATA" --scale "$SCALE" --mix "$MIX" >/dev/null 2>&1
 
 # Events a second of one run of binary $1.
 rate() {

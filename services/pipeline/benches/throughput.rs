@@ -1,7 +1,9 @@
 //! Embedded throughput on a generated dataset (not a test: it asserts nothing about
 //! speed). `cargo bench -p vigil-pipeline` writes the planted dataset with
 //! `VIGIL_BENCH_SCALE` thousand events of normal traffic (default 1 100, just over
-//! 1 000 000 input events) to `target/vigil-bench/`, then runs the whole pipeline on
+//! 1 000 000 input events) in the seed's mix (`VIGIL_BENCH_MIX`, default `equal`: the
+//! three streams at one rate; `half-devices` is the mix of figures before 2026-12-07)
+//! to `target/vigil-bench/`, then runs the whole pipeline on
 //! it, on one thread, a few times: reading and parsing the files, all six stages, and
 //! the outputs either discarded unformatted (`--quiet`) or formatted as tagged lines.
 //! It prints events per second and the process's peak resident memory.
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 
 use vigil_datagen::Dataset;
 use vigil_embedded::sink::OutputWriter;
-use vigil_ingest::MergedInput;
+use vigil_ingest::{MergedInput, Mix};
 use vigil_model::Config;
 use vigil_operators::SeedPipeline;
 use vigil_stream::Pipeline;
@@ -23,10 +25,12 @@ const RUNS: usize = 3;
 
 fn main() -> io::Result<()> {
     let scale: u64 = std::env::var("VIGIL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1_100);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vigil-bench-scale-{scale}"));
+    let mix_name = std::env::var("VIGIL_BENCH_MIX").unwrap_or_else(|_| "equal".into());
+    let mix: Mix = mix_name.parse().map_err(io::Error::other)?;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vigil-bench-scale-{scale}-{mix_name}"));
     if !dir.join("devices.ndjson").exists() {
-        eprintln!("writing the dataset (scale {scale}) to {}", dir.display());
-        Dataset::write_planted(&dir, scale, 7)?;
+        eprintln!("writing the dataset (scale {scale}, mix {mix_name}) to {}", dir.display());
+        Dataset::write_planted(&dir, scale, 7, mix)?;
     }
     let config = Config::default();
     println!("embedded pipeline, {} partitions, dataset {}", config.runtime.partitions, dir.display());

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use vigil_embedded::sink::{OutputWriter, WriteBehind};
 use vigil_embedded::RunStats;
-use vigil_ingest::MergedInput;
+use vigil_ingest::{MergedInput, Mix};
 use vigil_model::Config;
 use vigil_operators::SeedPipeline;
 use vigil_stream::Pipeline;
@@ -46,6 +46,10 @@ struct Args {
     /// Seed of the built-in dataset's normal traffic.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// How the built-in dataset's traffic divides among the streams: half-devices or
+    /// equal (the seed's: a third each).
+    #[arg(long, default_value = "half-devices", value_name = "MIX")]
+    mix: Mix,
     /// Print no tagged lines, only the summary.
     #[arg(long, short)]
     quiet: bool,
@@ -70,7 +74,7 @@ fn run(args: Args) -> Result<ExitCode> {
     let (input, what) = match &args.input {
         Some(dir) => (MergedInput::from_dir(dir)?, format!("dataset {}", dir.display())),
         None => (
-            MergedInput::planted(args.scale, args.seed),
+            MergedInput::planted_mixed(args.scale, args.seed, args.mix),
             format!("built-in planted dataset (scale {}, seed {})", args.scale, args.seed),
         ),
     };

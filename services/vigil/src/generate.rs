@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use vigil_datagen::traffic::Traffic;
+use vigil_datagen::traffic::{Mix, Traffic};
 use vigil_datagen::{Dataset, PLANTED_START_MS};
 use vigil_ingest::{Line, MergedInput, StreamReader};
 use vigil_kafka::metrics::now_ms;
@@ -39,6 +39,11 @@ pub struct Args {
     /// Normal traffic in the dataset, in thousands of events, after the planted scenarios.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scale: u64,
+    /// How the traffic divides among the streams: half-devices (half device events,
+    /// a quarter each orders and payments) or equal (a third each, as the seed's
+    /// streaming generator runs them).
+    #[arg(long, default_value = "half-devices", value_name = "MIX")]
+    mix: Mix,
     /// With --out: instead of the planted dataset, N orders from N distinct customers,
     /// each paid once (state at scale: N customers in the amount rule).
     #[arg(long, value_name = "N", requires = "out")]
@@ -108,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
         (Some(dir), _) => {
             let written = match args.distinct_customers {
                 Some(n) => Dataset::write_distinct_customers(dir, n, args.seed),
-                None => Dataset::write_planted(dir, args.scale, args.seed),
+                None => Dataset::write_planted(dir, args.scale, args.seed, args.mix),
             };
             let [orders, payments, devices] =
                 written.with_context(|| format!("cannot write the dataset to {}", dir.display()))?;
@@ -150,7 +155,10 @@ fn produce(args: &Args, names: Names) -> Result<()> {
     let (input, what) = match &args.input {
         Some(dir) => (MergedInput::from_dir(dir)?, format!("dataset {}", dir.display())),
         None if args.live => (live_traffic(args.seed), "live traffic".to_string()),
-        None => (MergedInput::planted(args.scale, args.seed), format!("planted dataset, scale {}", args.scale)),
+        None => (
+            MergedInput::planted_mixed(args.scale, args.seed, args.mix),
+            format!("planted dataset, scale {}", args.scale),
+        ),
     };
     let rate = args.rate.unwrap_or(if args.live { 20.0 } else { 0.0 });
     eprintln!("vigil generate: producing the {what} to {}", args.bootstrap_servers);

@@ -8,7 +8,7 @@ use serde::Serialize;
 use vigil_model::Source;
 
 use crate::planted::{self, PLANTED_SPAN_MS};
-use crate::traffic::Traffic;
+use crate::traffic::{Mix, Traffic};
 use crate::PLANTED_START_MS;
 
 /// Normal-traffic ids start here, clear of the planted ones.
@@ -34,11 +34,11 @@ impl Dataset {
     /// Writes the planted dataset straight to a folder, one line at a time, so a
     /// dataset of any size needs no memory to speak of. Returns the lines written per
     /// stream, in [`Source::ALL`] order.
-    pub fn write_planted(dir: &Path, scale: u64, seed: u64) -> io::Result<[u64; 3]> {
+    pub fn write_planted(dir: &Path, scale: u64, seed: u64, mix: Mix) -> io::Result<[u64; 3]> {
         std::fs::create_dir_all(dir)?;
         let mut written = [0; 3];
         for (n, source) in written.iter_mut().zip(Source::ALL) {
-            *n = write_lines(&dir.join(source.file_name()), planted_lines(source, scale, seed))?;
+            *n = write_lines(&dir.join(source.file_name()), planted_lines_mixed(source, scale, seed, mix))?;
         }
         Ok(written)
     }
@@ -83,9 +83,14 @@ impl Dataset {
 /// One stream of the planted dataset, line by line: its planted records, its bad
 /// lines, then normal traffic.
 pub fn planted_lines(source: Source, scale: u64, seed: u64) -> Box<dyn Iterator<Item = String>> {
-    let traffic = Traffic::new(seed, PLANTED_START_MS + PLANTED_SPAN_MS, FIRST_TRAFFIC_ID);
+    planted_lines_mixed(source, scale, seed, Mix::default())
+}
+
+/// The same, its traffic in the proportions of `mix`.
+pub fn planted_lines_mixed(source: Source, scale: u64, seed: u64, mix: Mix) -> Box<dyn Iterator<Item = String>> {
+    let traffic = Traffic::new(seed, PLANTED_START_MS + PLANTED_SPAN_MS, FIRST_TRAFFIC_ID).with_mix(mix);
     let events = scale * 1000;
-    let pairs = 0..Traffic::pairs_for(events);
+    let pairs = 0..mix.pairs_for(events);
     match source {
         Source::Orders => Box::new(
             lines(planted::orders())
@@ -100,7 +105,7 @@ pub fn planted_lines(source: Source, scale: u64, seed: u64) -> Box<dyn Iterator<
         Source::Devices => Box::new(
             lines(planted::devices())
                 .chain(strings(planted::BAD_DEVICE_LINES))
-                .chain((0..Traffic::devices_for(events)).map(move |k| json(&traffic.device(k)))),
+                .chain((0..mix.devices_for(events)).map(move |k| json(&traffic.device(k)))),
         ),
     }
 }
@@ -148,7 +153,7 @@ mod tests {
         let streamed = dir.join("streamed");
         let d = Dataset::planted(1, 7);
         d.write_to(&dir).unwrap();
-        Dataset::write_planted(&streamed, 1, 7).unwrap();
+        Dataset::write_planted(&streamed, 1, 7, Mix::default()).unwrap();
         for source in Source::ALL {
             let text = std::fs::read_to_string(dir.join(source.file_name())).unwrap();
             assert_eq!(text.lines().collect::<Vec<_>>(), d.lines(source));

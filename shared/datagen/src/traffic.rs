@@ -1,9 +1,10 @@
 //! Normal traffic: quiet, realistic records around which the planted scenarios
-//! stand out. Orders and payments come in pairs, ten a second, customers in rotation
-//! (so no velocity bursts), amounts near each customer's own level, with a few
-//! amount mismatches, unpaid orders and payments for unknown orders. Device events
-//! come twenty a second from sixty devices on six sites, mostly heartbeats. Every
-//! stream is out of order by well under the watermark bounds, so nothing is late.
+//! stand out. Orders and payments come in pairs, ten a second (twenty in the seed's
+//! mix), customers in rotation (so no velocity bursts), amounts near each customer's
+//! own level, with a few amount mismatches, unpaid orders and payments for unknown
+//! orders. Device events come twenty a second from sixty devices on six sites, mostly
+//! heartbeats. Every stream is out of order by well under the watermark bounds, so
+//! nothing is late.
 
 use vigil_model::{DeviceEvent, EventType, Millis, Order, Payment};
 
@@ -17,13 +18,62 @@ const SITES: [&str; 6] = ["site-a", "site-b", "site-c", "site-d", "site-e", "sit
 const COUNTRIES: [&str; 6] = ["US", "CA", "GB", "DE", "FR", "JP"];
 const METHODS: [&str; 3] = ["card", "wallet", "bank_transfer"];
 
-/// Normal events of one traffic source; events per 1 000 of each kind: 250 orders,
-/// 250 payments and 500 device events, spanning 25 s of event time.
+/// How a dataset's events divide among the streams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mix {
+    /// Per 1 000 events 250 orders, 250 payments and 500 device events, spanning 25 s
+    /// of event time: pairs ten a second, device events twenty.
+    #[default]
+    HalfDevices,
+    /// The seed's: its streaming generator runs the three streams at one rate
+    /// (`generate_stream.py --rate 20` each), so a third each, twenty a second.
+    Equal,
+}
+
+impl Mix {
+    /// Order-payment pairs among `events`.
+    pub fn pairs_for(self, events: u64) -> u64 {
+        match self {
+            Mix::HalfDevices => events / 4,
+            Mix::Equal => events / 3,
+        }
+    }
+
+    /// Device events among `events`.
+    pub fn devices_for(self, events: u64) -> u64 {
+        match self {
+            Mix::HalfDevices => events / 2,
+            Mix::Equal => events - 2 * (events / 3),
+        }
+    }
+
+    fn pair_spacing_ms(self) -> Millis {
+        match self {
+            Mix::HalfDevices => PAIR_SPACING_MS,
+            Mix::Equal => DEVICE_SPACING_MS,
+        }
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mix, String> {
+        match s {
+            "half-devices" => Ok(Mix::HalfDevices),
+            "equal" => Ok(Mix::Equal),
+            other => Err(format!("`{other}` is not a mix: say half-devices (the default) or equal (the seed's)")),
+        }
+    }
+}
+
+/// Normal events of one traffic source, in the proportions of its [`Mix`].
 #[derive(Debug, Clone, Copy)]
 pub struct Traffic {
     draw: Draw,
     start_ms: Millis,
     first_id: u64,
+    mix: Mix,
 }
 
 mod purpose {
@@ -40,15 +90,22 @@ impl Traffic {
     /// Traffic starting at `start_ms`; ids count from `first_id` so they never meet
     /// the planted ones.
     pub fn new(seed: u64, start_ms: Millis, first_id: u64) -> Self {
-        Traffic { draw: Draw::new(seed), start_ms, first_id }
+        Traffic { draw: Draw::new(seed), start_ms, first_id, mix: Mix::default() }
     }
 
+    /// The same traffic in the proportions of `mix`.
+    pub fn with_mix(self, mix: Mix) -> Self {
+        Traffic { mix, ..self }
+    }
+
+    /// Pairs among `events` in the default mix.
     pub fn pairs_for(events: u64) -> u64 {
-        events / 4
+        Mix::default().pairs_for(events)
     }
 
+    /// Device events among `events` in the default mix.
     pub fn devices_for(events: u64) -> u64 {
-        events / 2
+        Mix::default().devices_for(events)
     }
 
     /// What pair `i` is: a few pairs lack one side or disagree on the amount.
@@ -62,7 +119,7 @@ impl Traffic {
     }
 
     fn base_ms(&self, i: u64) -> Millis {
-        self.start_ms + i as Millis * PAIR_SPACING_MS
+        self.start_ms + i as Millis * self.mix.pair_spacing_ms()
     }
 
     fn customer(&self, i: u64) -> u64 {
@@ -161,6 +218,17 @@ mod tests {
             }
         }
         assert_ne!(Traffic::new(8, 0, 100_000).device(3), a.device(3));
+    }
+
+    #[test]
+    fn the_seeds_mix_runs_the_three_streams_at_one_rate() {
+        let t = Traffic::new(7, 0, 100_000).with_mix(Mix::Equal);
+        assert_eq!((Mix::Equal.pairs_for(3_000), Mix::Equal.devices_for(3_000)), (1_000, 1_000));
+        // A thousand of each span the same 50 s of event time.
+        let last_payment = t.payment(999).unwrap().payment_ts;
+        assert!((last_payment - t.device(999).event_ts).abs() < 1_000, "{last_payment}");
+        assert_eq!("equal".parse(), Ok(Mix::Equal));
+        assert!("thirds".parse::<Mix>().is_err());
     }
 
     #[test]

@@ -22,3 +22,5 @@ pub use line_source::MAX_LINE_BYTES;
 pub use merge::MergedInput;
 pub use read_ahead::ReadAhead;
 pub use stream_reader::{Line, StreamReader};
+/// How the built-in dataset's traffic divides among the streams.
+pub use vigil_datagen::traffic::Mix;

@@ -5,7 +5,8 @@
 use std::io;
 use std::path::Path;
 
-use vigil_datagen::dataset::planted_lines;
+use vigil_datagen::dataset::planted_lines_mixed;
+use vigil_datagen::traffic::Mix;
 use vigil_datagen::Dataset;
 use vigil_model::Source;
 
@@ -96,8 +97,16 @@ impl MergedInput {
 
     /// The built-in planted dataset, generated line by line as it is read.
     pub fn planted(scale: u64, seed: u64) -> Self {
+        MergedInput::planted_mixed(scale, seed, Mix::default())
+    }
+
+    /// The same, its traffic in the proportions of `mix`.
+    pub fn planted_mixed(scale: u64, seed: u64, mix: Mix) -> Self {
         MergedInput::new(
-            Source::ALL.iter().map(|&s| StreamReader::from_lines(s, planted_lines(s, scale, seed))).collect(),
+            Source::ALL
+                .iter()
+                .map(|&s| StreamReader::from_lines(s, planted_lines_mixed(s, scale, seed, mix)))
+                .collect(),
         )
     }
 
