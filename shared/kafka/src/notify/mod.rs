@@ -166,14 +166,21 @@ impl Member {
             work.observers.loop_health.went_round();
             let message = match consumer.poll(Duration::from_millis(200)) {
                 None => continue,
-                Some(Err(e)) => {
-                    warn!("the notifier's consumer: {e}");
-                    continue;
-                }
+                // A fatal consumer error (a static member fenced after its session
+                // ran out while a broker was down, say) ends this consumer: the
+                // member fails and its supervisor starts it again with a new one,
+                // which reads on from the last committed offset.
+                Some(Err(e)) => match consumer.client().fatal_error() {
+                    Some((_, reason)) => anyhow::bail!("the notifier's consumer failed fatally: {reason} ({e})"),
+                    None => {
+                        warn!("the notifier's consumer: {e}");
+                        continue;
+                    }
+                },
                 Some(Ok(message)) => message,
             };
             if marker_headers::read(&message).is_some() {
-                consumer.store_offset_from_message(&message)?;
+                store_offset(&consumer, &message);
                 continue;
             }
             let delivered = deliver(&message, &mut work, shutdown)?;
@@ -181,13 +188,22 @@ impl Member {
             if !delivered {
                 break;
             }
-            consumer.store_offset_from_message(&message)?;
+            store_offset(&consumer, &message);
         }
         // What was delivered is committed; what was not is read again by the next member.
         if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
             warn!("the notifier could not commit its last offsets ({e}); their alerts come again, under the same keys");
         }
         Ok(())
+    }
+}
+
+/// Marks a record done, for the next commit. A partition taken away meanwhile (a
+/// rebalance during a long delivery) refuses it: its new owner delivers the record
+/// again, under the same key.
+fn store_offset(consumer: &BaseConsumer, message: &BorrowedMessage) {
+    if let Err(e) = consumer.store_offset_from_message(message) {
+        warn!(topic = message.topic(), partition = message.partition(), "not storing the offset: {e}");
     }
 }
 
