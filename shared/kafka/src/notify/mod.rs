@@ -75,10 +75,16 @@ impl Service for Notifier {
         shutdown: &AtomicBool,
     ) -> Result<()> {
         let settings = settings::loaded();
+        if settings.is_off() {
+            // It would read the alerts and commit them delivered to nowhere.
+            anyhow::bail!(
+                "the notifier has no channel: set VIGIL_NOTIFY_WEBHOOK_URL, VIGIL_NOTIFY_FILE_PATH or \
+                 VIGIL_NOTIFY_STDOUT=true, or [notify] in the configuration file (docs/notifications.md)"
+            );
+        }
         let names = Names::new(&common.config.topics, &SeedPipeline::default().topology());
-        let member_settings =
-            Settings::for_member(NAME, Parallelism::PerPartition, member, group_id, common, names.clone());
-        Member::new(settings, &member_settings, names, observers)?.run(shutdown)
+        let member_settings = Settings::for_member(NAME, Parallelism::PerPartition, member, group_id, common, names);
+        Member::new(settings, &member_settings, observers)?.run(shutdown)
     }
 }
 
@@ -121,7 +127,8 @@ struct Work {
 }
 
 impl Member {
-    fn new(settings: &NotifySettings, member: &Settings, names: Names, observers: Observers) -> Result<Member> {
+    fn new(settings: &NotifySettings, member: &Settings, observers: Observers) -> Result<Member> {
+        let names = &member.names;
         let deliverers = deliverers(settings)?;
         // A record may wait on every channel's retries before the next poll.
         let max_poll_ms = settings.retry.give_up_after_ms.saturating_mul(deliverers.len().max(1) as u64) + 60_000;
