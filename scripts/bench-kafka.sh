@@ -24,6 +24,12 @@
 #    Kafka, processing, read to commit). WARMUP=0 measures from the start.
 # 3. The raw broker on the same machine in the same run: Kafka's own producer and
 #    consumer perf tools, one million 100-byte records.
+# 5. Ratios (not in the default PARTS): on one broker, warmed once, RUNS times (default
+#    5) alternating Kafka's own producer perf tool (1 000 000 records of 100 bytes,
+#    acks=all) and the throughput run of each keying in KEYS: each run's services
+#    figure over its own producer figure, and the medians. What decides a slow host's
+#    figure is the broker, so the ratio to what the broker takes from its own producer
+#    in the same minute is what carries over between hosts.
 # 4. Start-up: with the planted dataset plus 10 thousand events waiting on the input
 #    topics, each stateful service is started alone on empty changelogs: the time from
 #    its start to its first commit with output (polled from /metrics every 10 ms).
@@ -37,7 +43,16 @@
 # a hop's tail follows those stops (docs/decisions.md, "The broker as Kafka's
 # documentation runs it").
 #
-# Env: PARTS (default "throughput latency raw startup") runs only those parts; KEYS (default
+# Every throughput run also prints the broker's requests (its RequestsPerSec counters
+# over JMX, by request type: a second, and per input event) and the broker's CPU
+# seconds per thousand input events.
+#
+# A slow host on purpose: BROKER_CPU_PERCENT (e.g. 35) runs the broker under a CPU
+# quota of that share of one core (a cgroup, scripts/lib/cpu-quota.sh), from its
+# start, in every part.
+#
+# Env: PARTS (default "throughput latency raw startup"; also "ratios") runs only those parts;
+# RUNS the pairs of the ratios part (default 5); KEYS (default
 # "join none") the keyings of the throughput part; SIGMA the amount rule's multiplier
 # in the latency part (see there); BIN (default
 # target/release) takes the Vigil binaries from another build, to compare two builds
@@ -52,6 +67,7 @@ RATE="${2:-2000}"
 SECONDS_LATENCY="${3:-30}"
 WARMUP="${WARMUP:-60}"
 PARTS="${PARTS:-throughput latency raw startup}"
+RUNS="${RUNS:-5}"
 KEYS="${KEYS:-join none}"
 WARM_SCALE="${WARM_SCALE:-300}"
 BIN="${BIN:-target/release}"
@@ -64,7 +80,17 @@ PIDS=()
 
 # shellcheck source=scripts/lib/stack.sh
 . scripts/lib/stack.sh
-trap stack_down_with_pids EXIT
+# shellcheck source=scripts/lib/hops.sh
+. scripts/lib/hops.sh
+# shellcheck source=scripts/lib/cpu-quota.sh
+. scripts/lib/cpu-quota.sh
+trap 'cpu_quota_release; stack_down_with_pids' EXIT
+
+# The broker's request counters, read over JMX (Kafka's JmxTool) from a port of its own.
+JMX_PORT=$((20000 + RANDOM % 10000))
+KAFKA_JVM_PERFORMANCE_OPTS+=" -Dcom.sun.management.jmxremote -Dcom.sun.management.jmxremote.port=$JMX_PORT \
+-Dcom.sun.management.jmxremote.rmi.port=$JMX_PORT -Dcom.sun.management.jmxremote.authenticate=false \
+-Dcom.sun.management.jmxremote.ssl=false -Djava.rmi.server.hostname=127.0.0.1"
 
 # A new broker and registry with Vigil's topics; the six services too unless told
 # "bare".
@@ -73,6 +99,10 @@ fresh_stack() {
   PIDS=()
   scripts/local-stack.sh stop >/dev/null 2>&1 || true
   scripts/local-stack.sh start >/dev/null
+  if [[ -n "${BROKER_CPU_PERCENT:-}" ]]; then
+    cpu_quota_release
+    cpu_quota_apply "$(cat "$VIGIL_STACK_STATE/run/kafka.pid")" "$BROKER_CPU_PERCENT"
+  fi
   set -a
   # shellcheck disable=SC1091
   . "$VIGIL_STACK_STATE/env"
@@ -110,6 +140,7 @@ echo "== building (release)"
 cargo build --release -p vigil-kafka --example latency_probe --locked -q
 mapfile -t SERVICES < <("$BIN"/vigil stages)
 echo "== the broker's JVM: $KAFKA_HEAP_OPTS $KAFKA_JVM_PERFORMANCE_OPTS"
+[[ -z "${BROKER_CPU_PERCENT:-}" ]] || echo "== the broker under a CPU quota of ${BROKER_CPU_PERCENT} % of one core"
 
 # CPU seconds (user + system) a process has spent so far.
 cpu_seconds() {
@@ -125,10 +156,13 @@ process_preloaded() {
   events=$(grep -o 'produced [0-9]*' "$VIGIL_STACK_STATE/generator.log" | grep -o '[0-9]*')
   broker=$(cat "$VIGIL_STACK_STATE/run/kafka.pid")
   broker_cpu=$(cpu_seconds "$broker")
+  broker_requests >"$VIGIL_STACK_STATE/requests.before"
   t0=$(now)
   start_services
   until all_done; do sleep 0.2; done
   t1=$(now)
+  broker_requests >"$VIGIL_STACK_STATE/requests.after"
+  LAST_RATE=$(awk -v n="$events" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
   awk -v n="$events" -v a="$t0" -v b="$t1" 'BEGIN {
     printf "input events: %d\nprocessed and committed by all six services in %.1f s from their start: %.0f events/s sustained\n",
       n, b - a, n / (b - a) }'
@@ -143,7 +177,10 @@ process_preloaded() {
         END { printf "%d commits (mean %.0f ms), %d aborts, %d rerouted, %d changelog records",
           c, c ? 1000 * s / c : 0, a, r, l }')"
   done
-  awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" 'BEGIN { printf "broker: CPU %.1f s\n", b - a }'
+  awk -v a="$broker_cpu" -v b="$(cpu_seconds "$broker")" -v n="$events" \
+    'BEGIN { printf "broker: CPU %.1f s, %.3f s per thousand input events\n", b - a, 1000 * (b - a) / n }'
+  [[ -z "$CPU_QUOTA_GROUP" ]] || echo "broker: throttled by its quota for $(cpu_quota_throttled_seconds) s in all so far"
+  request_rates "$VIGIL_STACK_STATE/requests.before" "$VIGIL_STACK_STATE/requests.after" "$events" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
   echo "broker: $(log_bytes) (Vigil's written with compression ${VIGIL_TOPICS_COMPRESSION:-zstd})"
 }
 
@@ -161,6 +198,28 @@ for b in json.load(sys.stdin)["brokers"]:
             if not topic.startswith("__"):
                 sizes["input" if topic in ("orders", "payments", "device-events") else "vigil"] += p["size"]
 print(sizes["input"], "bytes in the input topics,", sizes["vigil"], "in the topics Vigil writes")'
+}
+
+# "type count" lines: the broker's requests handled so far, by type (all versions),
+# the KRaft controller's own (heartbeats, registration) left out, and FetchConsumer and
+# FetchFollower too (the Fetch requests again, by who sent them).
+broker_requests() {
+  scripts/local-stack.sh kafka-class org.apache.kafka.tools.JmxTool --one-time true --report-format tsv \
+    --jmx-url "service:jmx:rmi:///jndi/rmi://127.0.0.1:$JMX_PORT/jmxrmi" --attributes Count \
+    --object-name 'kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*' 2>/dev/null |
+    awk -F'\t' '/request=/ { match($1, /request=[A-Za-z]*/); t = substr($1, RSTART + 8, RLENGTH - 8)
+      if (t !~ /^(Broker|Controller|FetchConsumer|FetchFollower)/) n[t] += $2 } END { for (t in n) print t, n[t] }'
+}
+
+# The requests between two broker_requests readings ($1, $2) for $3 input events
+# over $4 seconds: in all, and the types with at least 1 % of them.
+request_rates() {
+  awk -v n="$3" -v s="$4" 'FNR == NR { before[$1] = $2; next } { d[$1] = $2 - before[$1]; total += d[$1] }
+    END {
+      printf "broker: %d requests, %.0f a second, %.3f per input event;", total, total / s, total / n
+      for (t in d) if (d[t] >= total / 100) printf " %s %.0f/s", t, d[t] / s
+      print ""
+    }' "$1" "$2"
 }
 
 # Stops the services and deletes every topic they and the generator use (and with
@@ -191,35 +250,6 @@ throughput() {
   process_preloaded "$1" "$SCALE"
 }
 
-# p50 and p99 of each part of vigil_record_hop_seconds in one service's metrics
-# (less those in the metrics file $3, taken earlier), as the upper bounds of the
-# buckets they fall in; and its commits meanwhile, with their mean duration.
-hops() {
-  curl -s "127.0.0.1:$2/metrics" | awk -v stage="$1" -v base="$3" '
-    /^vigil_transaction_commits_total[{ ]/ { commits += (FILENAME == base ? -$NF : $NF) }
-    /^vigil_transaction_commit_seconds_sum[{ ]/ { took += (FILENAME == base ? -$NF : $NF) }
-    /^vigil_record_hop_seconds_bucket/ {
-      match($0, /part="[a-z_]*"/); part = substr($0, RSTART + 6, RLENGTH - 7)
-      match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-      if (FILENAME == base) { before[part, le] = $NF; next }
-      n[part]++; bound[part, n[part]] = le; count[part, n[part]] = $NF - before[part, le]
-    }
-    END {
-      line = stage ":"
-      split("queued processing commit_wait", parts, " ")
-      for (k = 1; k <= 3; k++) {
-        part = parts[k]; total = count[part, n[part]]
-        if (total == 0) continue
-        p50 = p99 = ""
-        for (i = 1; i <= n[part]; i++) {
-          if (p50 == "" && count[part, i] >= 0.5 * total) p50 = bound[part, i]
-          if (p99 == "" && count[part, i] >= 0.99 * total) p99 = bound[part, i]
-        }
-        line = line sprintf(" %s p50 <= %s s, p99 <= %s s;", part, p50, p99)
-      }
-      print line sprintf(" %d commits, mean %.0f ms", commits, commits ? 1000 * took / commits : 0)
-    }' "$3" -
-}
 
 if [[ " $PARTS " == *" throughput "* ]]; then
   for keys in $KEYS; do throughput "$keys"; done
@@ -314,13 +344,63 @@ if [[ " $PARTS " == *" startup "* ]]; then
   done
 fi
 
+# Kafka's own producer perf tool on the broker as it is: its records/s (1 000 000
+# records of 100 bytes, acks=all, into a new topic of four partitions).
+producer_perf() {
+  local topic="perf-test-$RANDOM"
+  scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
+    --create --topic "$topic" --partitions 4 --replication-factor 1 >/dev/null
+  scripts/local-stack.sh kafka-class org.apache.kafka.tools.ProducerPerformance --topic "$topic" \
+    --num-records 1000000 --record-size 100 --throughput -1 \
+    --command-property bootstrap.servers="$VIGIL_BOOTSTRAP_SERVERS" acks=all | tail -n 1 | tee "$VIGIL_STACK_STATE/perf.out"
+  PERF_TOPIC=$topic
+  PERF_RATE=$(sed -n 's/^[0-9]* records sent, \([0-9.]*\) records\/sec.*/\1/p' "$VIGIL_STACK_STATE/perf.out")
+}
+
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+if [[ " $PARTS " == *" ratios "* ]]; then
+  echo "== 5. ratios to Kafka's own producer: $RUNS runs alternating, planted + ${SCALE}k events, keyed: $KEYS"
+  fresh_stack bare
+  for keys in $KEYS; do
+    echo "-- warm-up on the new broker (not a figure): planted + ${WARM_SCALE}k events, keyed: $keys"
+    process_preloaded "$keys" "$WARM_SCALE" >/dev/null
+    clear_topics
+  done
+  # The producer's path through the broker is compiled too before it counts (under
+  # a quota, the broker's compiler threads are throttled with the rest).
+  echo "-- warm-up of the producer (not a figure)"
+  producer_perf >/dev/null
+  producer_perf >/dev/null
+  clear_topics
+  declare -A ratios=() rates=()
+  for ((run = 1; run <= RUNS; run++)); do
+    # Which goes first alternates: the two halves of a run may find the host otherwise.
+    ((run % 2)) || producer_perf
+    for keys in $KEYS; do
+      echo "-- run $run, keyed: $keys"
+      process_preloaded "$keys" "$SCALE"
+      rates[$keys]=$LAST_RATE
+      clear_topics
+    done
+    ((run % 2 == 0)) || producer_perf
+    scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand \
+      --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" --delete --if-exists --topic "$PERF_TOPIC" >/dev/null
+    for keys in $KEYS; do
+      ratio=$(awk -v v="${rates[$keys]}" -v p="$PERF_RATE" 'BEGIN { printf "%.3f", v / p }')
+      ratios[$keys]+="$ratio "
+      echo "run $run, keyed $keys: services ${rates[$keys]} events/s, producer $PERF_RATE records/s: ratio $ratio"
+    done
+  done
+  for keys in $KEYS; do
+    # shellcheck disable=SC2086 # the list of ratios, split
+    echo "median ratio, keyed $keys, over $RUNS runs: $(printf '%s\n' ${ratios[$keys]} | median) (runs: ${ratios[$keys]% })"
+  done
+fi
+
 [[ " $PARTS " == *" raw "* ]] || exit 0
 echo "== 3. the raw broker: Kafka's perf tools, 1 000 000 records of 100 bytes"
 "$BIN"/vigil provision >/dev/null
-scripts/local-stack.sh kafka-class org.apache.kafka.tools.TopicCommand --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
-  --create --topic perf-test --partitions 4 --replication-factor 1 >/dev/null
-scripts/local-stack.sh kafka-class org.apache.kafka.tools.ProducerPerformance --topic perf-test \
-  --num-records 1000000 --record-size 100 --throughput -1 \
-  --command-property bootstrap.servers="$VIGIL_BOOTSTRAP_SERVERS" acks=all | tail -n 1
+producer_perf
 scripts/local-stack.sh kafka-class org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$VIGIL_BOOTSTRAP_SERVERS" \
-  --topic perf-test --messages 1000000 --group "perf-$$" | tail -n 2
+  --topic "$PERF_TOPIC" --messages 1000000 --group "perf-$$" | tail -n 2
