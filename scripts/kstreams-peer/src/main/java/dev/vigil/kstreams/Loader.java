@@ -17,6 +17,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -37,23 +38,13 @@ final class Loader {
         int partitions = Integer.parseInt(o.getOrDefault("partitions", "4"));
         String orders = o.getOrDefault("orders", "kstreams-orders");
         String payments = o.getOrDefault("payments", "kstreams-payments");
-        List<NewTopic> topics = new ArrayList<>();
         List<String> names = new ArrayList<>(List.of(orders, payments));
         for (String t : o.getOrDefault("create", "").split(",")) {
             if (!t.isBlank()) {
                 names.add(t);
             }
         }
-        // Kept for good: the records carry their event times (2023 in the generator's
-        // data), which the broker's default 7-day retention would delete within minutes.
-        for (String t : names) {
-            topics.add(new NewTopic(t, partitions, (short) 1).configs(Map.of("retention.ms", "-1")));
-        }
-        Properties admin = new Properties();
-        admin.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin client = Admin.create(admin)) {
-            client.createTopics(topics).all().get();
-        }
+        create(bootstrap, names, partitions);
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.ACKS_CONFIG, "all");
@@ -81,6 +72,26 @@ final class Loader {
             System.err.printf("kstreams-peer: loaded %d orders and %d payments lines (+%d end-of-input records) in %.1f s%n",
                 sentOrders, sentPayments, 2 * partitions, (System.nanoTime() - started) / 1e9);
             System.out.println("valid_payments=" + valid[0]);
+        }
+    }
+
+    /** `topics --bootstrap B --names T,T [--partitions 4]`. */
+    static void topics(Map<String, String> o) throws Exception {
+        create(Main.required(o, "bootstrap"), Arrays.asList(Main.required(o, "names").split(",")),
+            Integer.parseInt(o.getOrDefault("partitions", "4")));
+    }
+
+    private static void create(String bootstrap, List<String> names, int partitions) throws Exception {
+        // Kept for good: the records carry their event times (2023 in the generator's
+        // data), which the broker's default 7-day retention would delete within minutes.
+        List<NewTopic> topics = new ArrayList<>();
+        for (String t : names) {
+            topics.add(new NewTopic(t, partitions, (short) 1).configs(Map.of("retention.ms", "-1")));
+        }
+        Properties admin = new Properties();
+        admin.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin client = Admin.create(admin)) {
+            client.createTopics(topics).all().get();
         }
     }
 

@@ -6,24 +6,33 @@ import java.util.Map;
 
 /**
  * The Kafka Streams peer of Vigil's join-enrich stage, and the small tools its
- * benchmark (scripts/bench-kstreams.sh) needs around it:
+ * benchmarks (scripts/bench-kstreams.sh, scripts/bench-latency.sh) need around it:
  *
  * <pre>
- * run   --bootstrap B --store memory|rocksdb [--app-id ID] [--state-dir DIR] [--threads N]
- *       [--orders T] [--payments T] [--output T] [--window-ms 10000] [--grace-ms 2000]
- *       [--tolerance 0.01] [--emit-interval-ms 0]
- *                                   the join, until SIGTERM
- * load  --bootstrap B --dir DATASET [--partitions 4] [--orders T] [--payments T]
- *       [--create T,T...]           a dataset folder's orders and payments as JSON, then
+ * run     --bootstrap B --store memory|rocksdb [--app-id ID] [--state-dir DIR] [--threads N]
+ *         [--orders T] [--payments T] [--output T] [--window-ms 10000] [--grace-ms 2000]
+ *         [--tolerance 0.01] [--stamp false]
+ *                                   the join, until SIGTERM; says when it processed its
+ *                                   first record on stderr; --stamp true: wall-clock
+ *                                   stamps in the outputs' headers (see Stamps)
+ * load    --bootstrap B --dir DATASET [--partitions 4] [--orders T] [--payments T]
+ *         [--create T,T...]         a dataset folder's orders and payments as JSON, then
  *                                   an end-of-input record on every partition; prints
  *                                   valid_payments=N (the enriched records to expect)
- * await --bootstrap B --group G --topics T,T --output T --expect N --since-ms MS
- *       [--pid PID] [--settle-s 5] [--timeout-s 1800]
+ * await   --bootstrap B --group G --topics T,T --output T --expect N --pid-file F
+ *         [--settle-s 5] [--timeout-s 1800] [--clk-tck 100]
  *                                   until G has committed the end of the input topics
  *                                   and the output holds N committed records; prints
- *                                   done_s=S output=N (see Tools.await)
- * dump  --bootstrap B --topic T     the topic's committed records (read_committed) as
+ *                                   when (see Tools.await)
+ * dump    --bootstrap B --topic T   the topic's committed records (read_committed) as
  *                                   ENRICHED&gt; lines on stdout
+ * latency --bootstrap B --dir DATASET --rate R --output T [--warmup-s 30] [--seconds 30]
+ *         [--tail-s 10] [--orders T] [--payments T] [--watch NAME:PID,...] [--clk-tck 100]
+ *         [--cpu-stat CGROUP/cpu.stat]
+ *                                   a dataset's orders and payments at a rate to the
+ *                                   peer, and its latency (see Latency)
+ * topics  --bootstrap B --names T,T [--partitions 4]
+ *                                   creates the topics (kept for good)
  * </pre>
  */
 public final class Main {
@@ -31,7 +40,7 @@ public final class Main {
 
     public static void main(String[] args) throws Exception {
         if (args.length == 0) {
-            usage("say what to do: run, load, await or dump");
+            usage("say what to do: run, load, await, dump, latency or topics");
         }
         Map<String, String> options = options(Arrays.copyOfRange(args, 1, args.length));
         switch (args[0]) {
@@ -39,6 +48,8 @@ public final class Main {
             case "load" -> Loader.load(options);
             case "await" -> System.exit(Tools.await(options));
             case "dump" -> Tools.dump(options);
+            case "latency" -> Latency.run(options);
+            case "topics" -> Loader.topics(options);
             default -> usage("unknown command " + args[0]);
         }
     }
